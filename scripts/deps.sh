@@ -1,0 +1,34 @@
+#!/bin/sh
+# deps.sh -- installs the Debian packages a make target needs, if missing.
+# Usage: scripts/deps.sh build|test|fuzz|bench
+# Only packages that are absent are installed (apt-get install -y); nothing
+# happens when all are present, so every make target can call it cheaply.
+set -e
+
+build="gcc make pkg-config libevent-dev libhiredis-dev libjansson-dev zlib1g-dev"
+test="$build libcmocka-dev python3 python3-pytest python3-redis redis-server redis-tools"
+fuzz="$build clang libclang-rt-14-dev"
+bench="$test beanstalkd"
+
+case "$1" in
+build) want=$build ;;
+test) want=$test ;;
+fuzz) want=$fuzz ;;
+bench) want=$bench ;;
+*) echo "usage: $0 build|test|fuzz|bench" >&2; exit 2 ;;
+esac
+
+missing=""
+for p in $want; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||
+        missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+
+echo "deps: installing$missing" >&2
+sudo=""
+[ "$(id -u)" -ne 0 ] && sudo="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq >&2 || true
+# shellcheck disable=SC2086
+$sudo apt-get install -y -qq --no-install-recommends $missing >&2

@@ -1,0 +1,1012 @@
+/* bench.c -- `delayq bench`, the load generator (DESIGN §4, §7).
+ *
+ * One process, one thread, one libevent loop driving --clients connections
+ * (bench_conn.h), each keeping --pipeline requests in flight. The same loop
+ * and the same pipelining drive delayq (RESP), Redis (SET) and beanstalkd
+ * (its text protocol), so their figures compare like for like.
+ *
+ * A run is one or two phases. A phase has a target (jobs), counts what was
+ * issued and completed, and keeps a latency histogram per request kind;
+ * the loop runs until the phase's reply handler says it is over.
+ *   add, set, beanstalk-put    one "produce" phase
+ *   reserve, beanstalk-reserve a produce phase (the preload), then "consume"
+ *   lateness                   producer and consumers at once
+ *
+ * Error convention: functions return 0 / -1; the first failure (an error
+ * reply, a lost connection) is kept in bench.errmsg, stops the phase, and
+ * makes bench_main return 1.
+ */
+#include "cli/bench.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+#include <jansson.h>
+
+#include "cli/bench_conn.h"
+#include "cli/bench_hist.h"
+#include "lib/clock.h"
+#include "lib/duration.h"
+#include "lib/xalloc.h"
+
+/* Request kinds. A request's ring tag is KIND(kind, n): n jobs it covers
+ * (an ACK of several ids). */
+enum kind { K_SETUP, K_ADD, K_RESERVE, K_ACK, K_SET, K_PUT, K_BRESERVE, K_DELETE, K_N };
+#define KIND(k, n) ((int)(k) | (int)(n) << 4)
+#define KIND_OF(tag) ((tag) & 15)
+#define KIND_N(tag) ((tag) >> 4)
+
+static const char *const kind_name[K_N] = {
+    "setup", "ADD", "RESERVE", "ACK", "SET", "put", "reserve", "delete",
+};
+
+#define LATENESS_TIMEOUT_MS 1000 /* RESERVE TIMEOUT of the lateness consumers */
+#define LATENESS_GRACE_MS 5000   /* wait after the last due time */
+#define BEANSTALK_TTR "30"
+
+struct bench;
+
+struct mode {
+    const char *name;
+    enum bconn_proto proto;
+    int (*run)(struct bench *b);
+    const char *help;
+};
+
+struct opts {
+    struct cli_target t;
+    int json, quiet;
+    const struct mode *mode;
+    long clients, pipeline, count;
+    long long size, jobs;
+    const char *topic;
+    double rate;
+    int64_t delay_ms;
+    int delay_set;
+};
+
+struct client {
+    struct bench *b;
+    struct bconn *c;
+    int consumer; /* lateness: 1 = consumer, 0 = producer */
+    int drained;  /* consume: a RESERVE found nothing */
+    long busy;    /* primary requests in flight (ADD, RESERVE, ...) */
+};
+
+struct phase {
+    const char *what;  /* "ADD", "RESERVE+ACK", ... */
+    long long target;  /* jobs */
+    long long issued;  /* produce: requests sent; consume: jobs received */
+    long long done;    /* jobs completed (replied / acked / delivered) */
+    uint64_t t0, t1;   /* monotonic ns */
+    struct bench_hist hist[K_N];
+};
+
+typedef void reply_fn(struct client *cl, int kind, int n, const struct bconn_reply *r);
+
+struct bench {
+    const struct opts *o;
+    struct event_base *base;
+    struct client *cl;
+    int ncl;
+    struct phase phases[2];
+    int nphases;
+    struct phase *ph;
+    reply_fn *on_reply;
+    long long inflight; /* every request in flight on every connection */
+    int failed;
+    char errmsg[700];
+
+    char tag[8]; /* run tag: prefix of every id, so runs never collide */
+    size_t taglen;
+    char *body;  /* body template, o->size bytes */
+
+    /* progress line */
+    struct event *progress;
+    uint64_t prog_t;
+    long long prog_done;
+    int prog_shown;
+
+    /* lateness */
+    struct event *tick;
+    int64_t t0_ms, last_due_ms;
+    long long delivered, foreign, early, ack_short;
+    struct bench_samples late;
+};
+
+/* ---- small helpers -------------------------------------------------------- */
+
+static double secs(const struct phase *ph)
+{
+    return ph->t1 > ph->t0 ? (double)(ph->t1 - ph->t0) / 1e9 : 0.0;
+}
+
+static double per_sec(const struct phase *ph)
+{
+    double s = secs(ph);
+    return s > 0 ? (double)ph->done / s : 0.0;
+}
+
+/* Writes the run tag followed by i in base 36; returns the length. */
+static size_t make_id(const struct bench *b, long long i, char *out)
+{
+    static const char digits[] = "0123456789abcdefghijklmnopqrstuvwxyz";
+    char tmp[16];
+    int n = 0;
+    unsigned long long v = (unsigned long long)i;
+    do {
+        tmp[n++] = digits[v % 36];
+        v /= 36;
+    } while (v);
+    memcpy(out, b->tag, b->taglen);
+    size_t len = b->taglen;
+    while (n)
+        out[len++] = tmp[--n];
+    out[len] = '\0';
+    return len;
+}
+
+static void fail(struct bench *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void fail(struct bench *b, const char *fmt, ...)
+{
+    if (!b->failed) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(b->errmsg, sizeof b->errmsg, fmt, ap);
+        va_end(ap);
+        b->failed = 1;
+    }
+    event_base_loopbreak(b->base);
+}
+
+static void phase_end(struct bench *b)
+{
+    if (!b->ph->t1)
+        b->ph->t1 = bconn_now_ns();
+    event_base_loopbreak(b->base);
+}
+
+/* ---- connections ------------------------------------------------------------ */
+
+static void on_reply(struct bconn *c, int tag, const struct bconn_reply *r,
+                     uint64_t lat, void *arg)
+{
+    struct client *cl = arg;
+    struct bench *b = cl->b;
+    int kind = KIND_OF(tag);
+    b->inflight--;
+    if (b->failed)
+        return;
+    if (r->type == BR_ERROR) {
+        fail(b, "%s:%d replied to %s: %.*s", b->o->t.host, b->o->t.port,
+             kind_name[kind], (int)r->text_len, r->text);
+        return;
+    }
+    if (kind == K_SETUP)
+        return;
+    bench_hist_add(&b->ph->hist[kind], lat);
+    b->on_reply(cl, kind, KIND_N(tag), r);
+}
+
+static void on_fail(struct bconn *c, const char *why, void *arg)
+{
+    struct client *cl = arg;
+    fail(cl->b, "%s:%d: %s", cl->b->o->t.host, cl->b->o->t.port, why);
+}
+
+static const struct bconn_handler handler = {on_reply, on_fail};
+
+static void send_cmd(struct client *cl, int tag, int argc, const char *const *argv,
+                     const size_t *lens)
+{
+    bconn_cmd(cl->c, tag, argc, argv, lens);
+    cl->b->inflight++;
+}
+
+static void send_raw(struct client *cl, int tag, const void *a, size_t alen,
+                     const void *p, size_t plen, const void *d, size_t dlen)
+{
+    bconn_raw(cl->c, tag, a, alen, p, plen, d, dlen);
+    cl->b->inflight++;
+}
+
+static void send_line(struct client *cl, int tag, const char *line)
+{
+    send_raw(cl, tag, line, strlen(line), NULL, 0, NULL, 0);
+}
+
+/* Opens n connections (AUTH first on RESP when a password is given). */
+static int open_clients(struct bench *b, int n)
+{
+    const struct opts *o = b->o;
+    b->cl = xcalloc((size_t)n, sizeof *b->cl);
+    for (int i = 0; i < n; i++) {
+        struct client *cl = &b->cl[i];
+        char err[300];
+        cl->b = b;
+        cl->c = bconn_open(b->base, o->t.host, o->t.port, o->mode->proto, &handler, cl,
+                           err, sizeof err);
+        if (!cl->c) {
+            snprintf(b->errmsg, sizeof b->errmsg, "%s", err);
+            b->failed = 1;
+            return -1;
+        }
+        b->ncl = i + 1;
+        if (o->mode->proto == BCONN_RESP && o->t.password) {
+            const char *argv[] = {"AUTH", o->t.password};
+            size_t lens[] = {4, strlen(o->t.password)};
+            send_cmd(cl, K_SETUP, 2, argv, lens);
+        }
+    }
+    return 0;
+}
+
+static void close_clients(struct bench *b)
+{
+    for (int i = 0; i < b->ncl; i++)
+        bconn_close(b->cl[i].c);
+    free(b->cl);
+    b->cl = NULL;
+    b->ncl = 0;
+}
+
+/* ---- progress line ----------------------------------------------------------- */
+
+static void on_progress(evutil_socket_t fd, short what, void *arg)
+{
+    struct bench *b = arg;
+    struct phase *ph = b->ph;
+    uint64_t now = bconn_now_ns();
+    double dt = (double)(now - b->prog_t) / 1e9;
+    double rate = dt > 0 ? (double)(ph->done - b->prog_done) / dt : 0;
+    b->prog_t = now;
+    b->prog_done = ph->done;
+    fprintf(stderr, "\r%s: %lld/%lld (%.0f%%), %.0f/s        ", ph->what, ph->done,
+            ph->target, ph->target ? 100.0 * (double)ph->done / (double)ph->target : 0.0,
+            rate);
+    b->prog_shown = 1;
+}
+
+/* Runs the loop for phase ph; `start` sends the first requests. */
+static int run_phase(struct bench *b, struct phase *ph, const char *what, long long target,
+                     reply_fn *fn, void (*start)(struct bench *b))
+{
+    memset(ph, 0, sizeof *ph);
+    ph->what = what;
+    ph->target = target;
+    b->ph = ph;
+    b->on_reply = fn;
+    b->nphases = (int)(ph - b->phases) + 1;
+    ph->t0 = b->prog_t = bconn_now_ns();
+    b->prog_done = 0;
+    if (!b->o->quiet && isatty(2)) {
+        struct timeval tv = {0, 250000};
+        b->progress = event_new(b->base, -1, EV_PERSIST, on_progress, b);
+        event_add(b->progress, &tv);
+    }
+    start(b);
+    for (int i = 0; i < b->ncl; i++)
+        bconn_flush(b->cl[i].c);
+    if (!b->failed && !ph->t1)
+        event_base_dispatch(b->base);
+    if (!ph->t1)
+        ph->t1 = bconn_now_ns();
+    if (b->progress) {
+        event_free(b->progress);
+        b->progress = NULL;
+        if (b->prog_shown)
+            fprintf(stderr, "\r%*s\r", 70, "");
+        b->prog_shown = 0;
+    }
+    return b->failed ? -1 : 0;
+}
+
+/* ---- produce: ADD / SET / put -------------------------------------------------- */
+
+static void send_add(struct client *cl, long long i, const char *body, size_t blen,
+                     int64_t at_ms)
+{
+    struct bench *b = cl->b;
+    const struct opts *o = b->o;
+    char id[32], num[24];
+    size_t idlen = make_id(b, i, id);
+    const char *argv[6] = {"ADD", o->topic, id, body};
+    size_t lens[6] = {3, strlen(o->topic), idlen, blen};
+    int argc = 4;
+    if (at_ms > 0) {
+        argv[argc] = "AT";
+        lens[argc++] = 2;
+        argv[argc] = num;
+        lens[argc++] = (size_t)snprintf(num, sizeof num, "%" PRId64, at_ms);
+    } else if (o->delay_ms > 0) {
+        argv[argc] = "DELAY";
+        lens[argc++] = 5;
+        argv[argc] = num;
+        lens[argc++] = (size_t)snprintf(num, sizeof num, "%" PRId64, o->delay_ms);
+    }
+    send_cmd(cl, K_ADD, argc, argv, lens);
+}
+
+static void send_set(struct client *cl, long long i)
+{
+    struct bench *b = cl->b;
+    char key[256];
+    size_t tl = strlen(b->o->topic);
+    if (tl > 200)
+        tl = 200;
+    memcpy(key, b->o->topic, tl);
+    key[tl] = ':';
+    size_t klen = tl + 1 + make_id(b, i, key + tl + 1);
+    const char *argv[] = {"SET", key, b->body};
+    size_t lens[] = {3, klen, (size_t)b->o->size};
+    send_cmd(cl, K_SET, 3, argv, lens);
+}
+
+static void send_put(struct client *cl)
+{
+    struct bench *b = cl->b;
+    char head[96];
+    int n = snprintf(head, sizeof head, "put 0 %" PRId64 " " BEANSTALK_TTR " %lld\r\n",
+                     (b->o->delay_ms + 999) / 1000, b->o->size);
+    send_raw(cl, K_PUT, head, (size_t)n, b->body, (size_t)b->o->size, "\r\n", 2);
+}
+
+static void produce_fill(struct client *cl)
+{
+    struct bench *b = cl->b;
+    struct phase *ph = b->ph;
+    while (cl->busy < b->o->pipeline && ph->issued < ph->target) {
+        long long i = ph->issued++;
+        if (b->o->mode->proto == BCONN_BEANSTALK)
+            send_put(cl);
+        else if (strcmp(b->o->mode->name, "set") == 0)
+            send_set(cl, i);
+        else
+            send_add(cl, i, b->body, (size_t)b->o->size, 0);
+        cl->busy++;
+    }
+}
+
+static void produce_reply(struct client *cl, int kind, int n, const struct bconn_reply *r)
+{
+    struct bench *b = cl->b;
+    cl->busy--;
+    if (++b->ph->done >= b->ph->target) {
+        phase_end(b);
+        return;
+    }
+    produce_fill(cl);
+}
+
+static void produce_start(struct bench *b)
+{
+    for (int i = 0; i < b->ncl; i++) {
+        if (b->o->mode->proto == BCONN_BEANSTALK) {
+            char line[256];
+            snprintf(line, sizeof line, "use %s\r\n", b->o->topic);
+            send_line(&b->cl[i], K_SETUP, line);
+        }
+        produce_fill(&b->cl[i]);
+    }
+}
+
+/* ---- consume: RESERVE TIMEOUT 0 + ACK, reserve-with-timeout 0 + delete ------- */
+
+static void send_reserve(struct client *cl, long timeout_ms)
+{
+    struct bench *b = cl->b;
+    if (b->o->mode->proto == BCONN_BEANSTALK) {
+        send_line(cl, K_BRESERVE, "reserve-with-timeout 0\r\n");
+        return;
+    }
+    char tbuf[24], cbuf[24];
+    const char *argv[] = {"RESERVE", "TIMEOUT", tbuf, "COUNT", cbuf, "FROM", b->o->topic};
+    size_t lens[] = {7, 7, (size_t)snprintf(tbuf, sizeof tbuf, "%ld", timeout_ms), 5,
+                     (size_t)snprintf(cbuf, sizeof cbuf, "%ld", b->o->count), 4,
+                     strlen(b->o->topic)};
+    send_cmd(cl, K_RESERVE, 7, argv, lens);
+}
+
+/* ACK (or beanstalk delete) the jobs of one RESERVE reply. */
+static void send_acks(struct client *cl, const struct bconn_reply *r, size_t from)
+{
+    struct bench *b = cl->b;
+    if (r->njobs <= from)
+        return;
+    if (b->o->mode->proto == BCONN_BEANSTALK) {
+        for (size_t i = from; i < r->njobs; i++)
+            send_raw(cl, KIND(K_DELETE, 1), "delete ", 7, r->jobs[i].id, r->jobs[i].id_len,
+                     "\r\n", 2);
+        return;
+    }
+    size_t n = r->njobs - from;
+    const char **argv = xmalloc((n + 2) * sizeof *argv);
+    size_t *lens = xmalloc((n + 2) * sizeof *lens);
+    argv[0] = "ACK";
+    lens[0] = 3;
+    argv[1] = b->o->topic;
+    lens[1] = strlen(b->o->topic);
+    for (size_t i = 0; i < n; i++) {
+        argv[i + 2] = r->jobs[from + i].id;
+        lens[i + 2] = r->jobs[from + i].id_len;
+    }
+    send_cmd(cl, KIND(K_ACK, n), (int)(n + 2), argv, lens);
+    free(argv);
+    free(lens);
+}
+
+static void consume_fill(struct client *cl)
+{
+    struct bench *b = cl->b;
+    struct phase *ph = b->ph;
+    long per = b->o->mode->proto == BCONN_BEANSTALK ? 1 : b->o->count;
+    while (!cl->drained && cl->busy < b->o->pipeline &&
+           ph->issued + cl->busy * per < ph->target) {
+        send_reserve(cl, 0);
+        cl->busy++;
+    }
+}
+
+static void consume_reply(struct client *cl, int kind, int n, const struct bconn_reply *r)
+{
+    struct bench *b = cl->b;
+    struct phase *ph = b->ph;
+    if (kind == K_RESERVE || kind == K_BRESERVE) {
+        cl->busy--;
+        if (r->type == BR_NIL || r->njobs == 0)
+            cl->drained = 1;
+        ph->issued += (long long)r->njobs;
+        send_acks(cl, r, 0);
+        consume_fill(cl);
+    } else {
+        ph->done += n;
+        if (kind == K_ACK && r->type == BR_INTEGER && r->integer < n)
+            b->ack_short += n - r->integer;
+    }
+    if (b->inflight == 0)
+        phase_end(b);
+}
+
+static void consume_start(struct bench *b)
+{
+    for (int i = 0; i < b->ncl; i++) {
+        struct client *cl = &b->cl[i];
+        cl->busy = 0;
+        cl->drained = 0;
+        if (b->o->mode->proto == BCONN_BEANSTALK) {
+            char line[256];
+            snprintf(line, sizeof line, "watch %s\r\n", b->o->topic);
+            send_line(cl, K_SETUP, line);
+            if (strcmp(b->o->topic, "default") != 0)
+                send_line(cl, K_SETUP, "ignore default\r\n");
+        }
+        consume_fill(cl);
+    }
+    if (b->inflight == 0)
+        phase_end(b);
+}
+
+/* ---- lateness ------------------------------------------------------------------- */
+
+static int64_t due_of(const struct bench *b, long long i)
+{
+    return b->t0_ms + (int64_t)((double)i * 1000.0 / b->o->rate);
+}
+
+static void lateness_produce(struct client *cl)
+{
+    struct bench *b = cl->b;
+    struct phase *ph = b->ph;
+    int64_t now = clock_ms();
+    while (cl->busy < b->o->pipeline && ph->issued < ph->target) {
+        int64_t due = due_of(b, ph->issued);
+        if (due - b->o->delay_ms > now)
+            break;
+        /* The body starts with the due time; the rest is padding. */
+        char head[24];
+        int hl = snprintf(head, sizeof head, "%013" PRId64 "-", due);
+        memcpy(b->body, head, (size_t)hl < (size_t)b->o->size ? (size_t)hl : (size_t)b->o->size);
+        send_add(cl, ph->issued, b->body, (size_t)b->o->size, due);
+        ph->issued++;
+        cl->busy++;
+    }
+}
+
+static void on_tick(evutil_socket_t fd, short what, void *arg)
+{
+    struct bench *b = arg;
+    struct client *prod = &b->cl[0];
+    lateness_produce(prod);
+    bconn_flush(prod->c);
+    if (b->ph->issued >= b->ph->target && clock_ms() > b->last_due_ms + LATENESS_GRACE_MS)
+        phase_end(b);
+}
+
+static void lateness_reply(struct client *cl, int kind, int n, const struct bconn_reply *r)
+{
+    struct bench *b = cl->b;
+    struct phase *ph = b->ph;
+    if (kind == K_ADD) {
+        cl->busy--;
+        lateness_produce(cl);
+        return;
+    }
+    if (kind == K_ACK) {
+        if (r->type == BR_INTEGER && r->integer < n)
+            b->ack_short += n - r->integer;
+        return;
+    }
+    /* RESERVE */
+    if (r->njobs > 0) {
+        int64_t now_us = clock_us();
+        for (size_t i = 0; i < r->njobs; i++) {
+            const struct bconn_job *j = &r->jobs[i];
+            if (j->id_len < b->taglen || memcmp(j->id, b->tag, b->taglen) != 0 ||
+                j->head_len < 13) {
+                b->foreign++;
+                continue;
+            }
+            int64_t due = 0;
+            for (int k = 0; k < 13; k++)
+                due = due * 10 + (j->head[k] - '0');
+            int64_t late = now_us - due * 1000;
+            if (late < 0)
+                b->early++;
+            bench_samples_add(&b->late, late);
+            ph->done++;
+        }
+        send_acks(cl, r, 0);
+    }
+    if (ph->done >= ph->target) {
+        phase_end(b);
+        return;
+    }
+    send_reserve(cl, LATENESS_TIMEOUT_MS);
+}
+
+static void lateness_start(struct bench *b)
+{
+    for (int i = 1; i < b->ncl; i++) {
+        b->cl[i].consumer = 1;
+        send_reserve(&b->cl[i], LATENESS_TIMEOUT_MS);
+    }
+    struct timeval tv = {0, 1000};
+    b->tick = event_new(b->base, -1, EV_PERSIST, on_tick, b);
+    event_add(b->tick, &tv);
+    lateness_produce(&b->cl[0]);
+}
+
+/* ---- modes ----------------------------------------------------------------------- */
+
+static int run_produce(struct bench *b)
+{
+    const char *what = b->o->mode->proto == BCONN_BEANSTALK ? "put"
+                       : strcmp(b->o->mode->name, "set") == 0 ? "SET"
+                                                               : "ADD";
+    if (open_clients(b, (int)b->o->clients) < 0)
+        return -1;
+    return run_phase(b, &b->phases[0], what, b->o->jobs, produce_reply, produce_start);
+}
+
+static int run_consume(struct bench *b)
+{
+    int bs = b->o->mode->proto == BCONN_BEANSTALK;
+    if (open_clients(b, (int)b->o->clients) < 0)
+        return -1;
+    if (run_phase(b, &b->phases[0], bs ? "put (preload)" : "ADD (preload)", b->o->jobs,
+                  produce_reply, produce_start) < 0)
+        return -1;
+    return run_phase(b, &b->phases[1], bs ? "reserve+delete" : "RESERVE+ACK", b->o->jobs,
+                     consume_reply, consume_start);
+}
+
+static int run_lateness(struct bench *b)
+{
+    if (open_clients(b, (int)b->o->clients + 1) < 0)
+        return -1;
+    /* The first job is due `delay` from now plus a little for the setup. */
+    b->t0_ms = clock_ms() + b->o->delay_ms + 100;
+    b->last_due_ms = due_of(b, b->o->jobs - 1);
+    int rc = run_phase(b, &b->phases[0], "lateness (delivered)", b->o->jobs, lateness_reply,
+                       lateness_start);
+    event_free(b->tick);
+    b->tick = NULL;
+    return rc;
+}
+
+static const struct mode modes[] = {
+    {"add", BCONN_RESP, run_produce, "ADD topic id body [DELAY d]; ADDs per second"},
+    {"reserve", BCONN_RESP, run_consume,
+     "preload --jobs with ADD, then RESERVE TIMEOUT 0 COUNT k + ACK; pairs per second"},
+    {"lateness", BCONN_RESP, run_lateness,
+     "ADD ... AT due, due times --rate per second, added --delay ahead; consumers\n"
+     "                           block in RESERVE; lateness = delivery time - due time"},
+    {"set", BCONN_RESP, run_produce, "Redis SET key body (against redis-server)"},
+    {"beanstalk-put", BCONN_BEANSTALK, run_produce,
+     "beanstalkd put 0 delay 30 bytes (against beanstalkd)"},
+    {"beanstalk-reserve", BCONN_BEANSTALK, run_consume,
+     "beanstalkd put preload, then reserve-with-timeout 0 + delete"},
+};
+#define NMODES (sizeof modes / sizeof modes[0])
+
+/* ---- results ----------------------------------------------------------------------- */
+
+static double ms(uint64_t ns)
+{
+    return round((double)ns / 1000.0) / 1000.0;
+}
+
+static const double pcts[] = {50, 90, 99, 99.9};
+static const char *const pct_names[] = {"p50", "p90", "p99", "p99.9"};
+
+static void print_latency(const struct phase *ph)
+{
+    for (int k = 1; k < K_N; k++) {
+        const struct bench_hist *h = &ph->hist[k];
+        if (h->count == 0)
+            continue;
+        printf("  latency ms  %-8s", kind_name[k]);
+        for (size_t i = 0; i < sizeof pcts / sizeof pcts[0]; i++)
+            printf("  %s %.3f", pct_names[i], ms(bench_hist_pct(h, pcts[i])));
+        printf("  max %.3f  (%" PRIu64 " requests)\n", ms(h->max), h->count);
+    }
+}
+
+static void print_text(struct bench *b)
+{
+    const struct opts *o = b->o;
+    printf("delayq bench %s: %s:%d, %ld client%s, pipeline %ld, %lld-byte bodies\n",
+           o->mode->name, o->t.host, o->t.port, o->clients, o->clients == 1 ? "" : "s",
+           o->pipeline, o->size);
+    if (strcmp(o->mode->name, "lateness") == 0) {
+        struct phase *ph = &b->phases[0];
+        long long missing = ph->target - ph->done;
+        printf("  delivered   %lld of %lld (%lld missing, %lld early), %.0f due/s, "
+               "added %" PRId64 " ms ahead, %ld consumer%s, COUNT %ld\n",
+               ph->done, ph->target, missing < 0 ? 0 : missing, b->early, o->rate,
+               o->delay_ms, o->clients, o->clients == 1 ? "" : "s", o->count);
+        if (b->late.n) {
+            printf("  lateness ms");
+            for (size_t i = 0; i < sizeof pcts / sizeof pcts[0]; i++)
+                printf("  %s %.3f", pct_names[i],
+                       (double)bench_samples_pct(&b->late, pcts[i]) / 1000.0);
+            printf("  max %.3f  min %.3f\n", (double)bench_samples_pct(&b->late, 100) / 1000.0,
+                   (double)bench_samples_pct(&b->late, 0) / 1000.0);
+            printf("  late > 1 ms %zu, > 5 ms %zu\n", bench_samples_above(&b->late, 1000),
+                   bench_samples_above(&b->late, 5000));
+        }
+        if (b->foreign)
+            printf("  other jobs  %lld (not from this run; acked, not counted)\n", b->foreign);
+        print_latency(ph);
+    } else {
+        for (int i = 0; i < b->nphases; i++) {
+            struct phase *ph = &b->phases[i];
+            printf("  %-16s %lld in %.3f s = %.0f/s\n", ph->what, ph->done, secs(ph),
+                   per_sec(ph));
+            print_latency(ph);
+        }
+    }
+    if (b->ack_short)
+        printf("  note: %lld ACKs found no job (lease expired?)\n", b->ack_short);
+}
+
+static json_t *latency_json(const struct phase *ph)
+{
+    json_t *lat = json_object();
+    for (int k = 1; k < K_N; k++) {
+        const struct bench_hist *h = &ph->hist[k];
+        if (h->count == 0)
+            continue;
+        json_t *o = json_object();
+        json_object_set_new(o, "count", json_integer((json_int_t)h->count));
+        for (size_t i = 0; i < sizeof pcts / sizeof pcts[0]; i++)
+            json_object_set_new(o, pct_names[i], json_real(ms(bench_hist_pct(h, pcts[i]))));
+        json_object_set_new(o, "max", json_real(ms(h->max)));
+        json_object_set_new(o, "mean", json_real(ms((uint64_t)bench_hist_mean(h))));
+        json_object_set_new(lat, kind_name[k], o);
+    }
+    return lat;
+}
+
+static json_t *phase_json(const struct phase *ph)
+{
+    return json_pack("{s:s, s:I, s:f, s:I, s:o}", "what", ph->what, "ops",
+                     (json_int_t)ph->done, "seconds", round(secs(ph) * 1000) / 1000,
+                     "ops_per_sec", (json_int_t)llround(per_sec(ph)), "latency_ms",
+                     latency_json(ph));
+}
+
+static void print_json(struct bench *b)
+{
+    const struct opts *o = b->o;
+    json_t *j = json_object();
+    char server[300];
+    snprintf(server, sizeof server, "%s:%d", o->t.host, o->t.port);
+    json_object_set_new(j, "mode", json_string(o->mode->name));
+    json_object_set_new(j, "server", json_string(server));
+    json_object_set_new(j, "clients", json_integer(o->clients));
+    json_object_set_new(j, "pipeline", json_integer(o->pipeline));
+    json_object_set_new(j, "size", json_integer(o->size));
+    json_object_set_new(j, "jobs", json_integer(o->jobs));
+    struct phase *last = &b->phases[b->nphases ? b->nphases - 1 : 0];
+    json_object_set_new(j, "ops", json_integer(last->done));
+    json_object_set_new(j, "seconds", json_real(round(secs(last) * 1000) / 1000));
+    json_object_set_new(j, "ops_per_sec", json_integer(llround(per_sec(last))));
+    json_object_set_new(j, "latency_ms", latency_json(last));
+    if (b->nphases > 1)
+        json_object_set_new(j, "preload", phase_json(&b->phases[0]));
+    if (strcmp(o->mode->name, "lateness") == 0) {
+        json_t *l = json_object();
+        for (size_t i = 0; i < sizeof pcts / sizeof pcts[0]; i++)
+            json_object_set_new(l, pct_names[i],
+                                json_real((double)bench_samples_pct(&b->late, pcts[i]) / 1000.0));
+        json_object_set_new(l, "max", json_real((double)bench_samples_pct(&b->late, 100) / 1000.0));
+        json_object_set_new(l, "min", json_real((double)bench_samples_pct(&b->late, 0) / 1000.0));
+        json_object_set_new(j, "lateness_ms", l);
+        long long missing = last->target - last->done;
+        json_object_set_new(j, "delivered", json_integer(last->done));
+        json_object_set_new(j, "missing", json_integer(missing < 0 ? 0 : missing));
+        json_object_set_new(j, "early", json_integer(b->early));
+        json_object_set_new(j, "over_1ms", json_integer((json_int_t)bench_samples_above(&b->late, 1000)));
+        json_object_set_new(j, "over_5ms", json_integer((json_int_t)bench_samples_above(&b->late, 5000)));
+        json_object_set_new(j, "foreign", json_integer(b->foreign));
+        json_object_set_new(j, "rate", json_real(o->rate));
+        json_object_set_new(j, "delay_ms", json_integer(o->delay_ms));
+        json_object_set_new(j, "count", json_integer(o->count));
+    }
+    if (b->ack_short)
+        json_object_set_new(j, "ack_not_found", json_integer(b->ack_short));
+    if (b->failed)
+        json_object_set_new(j, "error", json_string(b->errmsg));
+    char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10));
+    if (s) {
+        puts(s);
+        free(s);
+    }
+    json_decref(j);
+}
+
+/* ---- options ------------------------------------------------------------------------ */
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: delayq [-h host] [-p port] [-a password] [--json] bench [options]\n"
+            "\n"
+            "Drives a server with pipelined requests from one process and prints throughput,\n"
+            "request latency percentiles (send to reply) and, in lateness mode, delivery\n"
+            "lateness percentiles. The same harness speaks RESP (delayq, Redis) and\n"
+            "beanstalkd's protocol, so the three compare like for like.\n"
+            "\n"
+            "  -m, --mode MODE     what to run (default add):\n");
+    for (size_t i = 0; i < NMODES; i++)
+        fprintf(f, "        %-18s %s\n", modes[i].name, modes[i].help);
+    fprintf(f,
+            "  -c, --clients N     connections; lateness: consumers, plus one producer (1)\n"
+            "  -P, --pipeline N    requests in flight per connection (64)\n"
+            "  -d, --size BYTES    job body / value size (100)\n"
+            "  -n, --jobs N        jobs in all (1000000; lateness: 10 s worth at --rate)\n"
+            "  -t, --topic T       topic, key prefix or beanstalkd tube (bench)\n"
+            "      --rate N        lateness: jobs due per second (10000)\n"
+            "      --delay D       add, beanstalk-put: DELAY of every job (none);\n"
+            "                      lateness: how long before its due time a job is added (1s)\n"
+            "                      milliseconds or 500ms, 2s, 1m, ...\n"
+            "      --count K       RESERVE COUNT (reserve 1, lateness 16)\n"
+            "  -q, --quiet         no progress line on stderr (shown only on a terminal)\n"
+            "      --json          print the results as one JSON object\n"
+            "  -h HOST, -p PORT, -a PASSWORD  as before the word bench\n"
+            "\n"
+            "Ids are a per-run tag plus a counter, so runs never collide. Lateness jobs carry\n"
+            "their due unix-ms in the first 13 bytes of the body (--size is raised to 14).\n"
+            "Exit status: 0 done, 1 an error reply or a lost connection (or lateness jobs\n"
+            "never delivered), 2 usage.\n");
+}
+
+static int parse_long(const char *name, const char *v, long long lo, long long hi,
+                      long long *out)
+{
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (errno || end == v || *end || x < lo || x > hi) {
+        fprintf(stderr, "delayq bench: invalid %s '%s': expected an integer from %lld to %lld\n",
+                name, v, lo, hi);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+/* Parses argv into o; returns 0, 1 for --help (printed), or 2 on error. */
+static int parse_opts(struct opts *o, int argc, char **argv)
+{
+    long long v;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *val = NULL;
+        char name[32];
+        const char *eq = strncmp(a, "--", 2) == 0 ? strchr(a, '=') : NULL;
+        if (eq) {
+            size_t n = (size_t)(eq - a) < sizeof name - 1 ? (size_t)(eq - a) : sizeof name - 1;
+            memcpy(name, a, n);
+            name[n] = '\0';
+            val = eq + 1;
+            a = name;
+        }
+        if (!strcmp(a, "--help")) {
+            usage(stdout);
+            return 1;
+        }
+        if (!strcmp(a, "--json") || !strcmp(a, "-q") || !strcmp(a, "--quiet")) {
+            if (a[2] == 'j')
+                o->json = 1;
+            else
+                o->quiet = 1;
+            continue;
+        }
+#define IS(s, l) (!strcmp(a, s) || !strcmp(a, l))
+        int known = IS("-m", "--mode") || IS("-c", "--clients") || IS("-P", "--pipeline") ||
+                    IS("-d", "--size") || IS("-n", "--jobs") || IS("-t", "--topic") ||
+                    IS("--rate", "--rate") || IS("--delay", "--delay") ||
+                    IS("--count", "--count") || IS("-h", "--host") || IS("-p", "--port") ||
+                    IS("-a", "--password");
+        if (!known) {
+            fprintf(stderr, "delayq bench: unknown option '%s' (see delayq bench --help)\n", a);
+            return 2;
+        }
+        if (!val) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "delayq bench: %s needs a value\n", a);
+                return 2;
+            }
+            val = argv[++i];
+        }
+        if (IS("-m", "--mode")) {
+            o->mode = NULL;
+            for (size_t k = 0; k < NMODES; k++)
+                if (!strcmp(val, modes[k].name))
+                    o->mode = &modes[k];
+            if (!o->mode) {
+                fprintf(stderr, "delayq bench: invalid --mode '%s': expected one of", val);
+                for (size_t k = 0; k < NMODES; k++)
+                    fprintf(stderr, " %s", modes[k].name);
+                fprintf(stderr, "\n");
+                return 2;
+            }
+        } else if (IS("-c", "--clients")) {
+            if (parse_long("--clients", val, 1, 10000, &v))
+                return 2;
+            o->clients = (long)v;
+        } else if (IS("-P", "--pipeline")) {
+            if (parse_long("--pipeline", val, 1, 1000000, &v))
+                return 2;
+            o->pipeline = (long)v;
+        } else if (IS("-d", "--size")) {
+            if (parse_long("--size", val, 0, 512 << 20, &o->size))
+                return 2;
+        } else if (IS("-n", "--jobs")) {
+            if (parse_long("--jobs", val, 1, (long long)1 << 40, &o->jobs))
+                return 2;
+        } else if (IS("-t", "--topic")) {
+            o->topic = val;
+        } else if (IS("--count", "--count")) {
+            if (parse_long("--count", val, 1, (1 << 20) - 1, &v))
+                return 2;
+            o->count = (long)v;
+        } else if (IS("--rate", "--rate")) {
+            char *end;
+            o->rate = strtod(val, &end);
+            if (end == val || *end || !(o->rate > 0) || o->rate > 1e8) {
+                fprintf(stderr, "delayq bench: invalid --rate '%s': expected jobs per second > 0\n",
+                        val);
+                return 2;
+            }
+        } else if (IS("--delay", "--delay")) {
+            const char *why;
+            if (duration_parse(val, &o->delay_ms, &why) < 0) {
+                fprintf(stderr, "delayq bench: invalid --delay '%s': %s\n", val, why);
+                return 2;
+            }
+            o->delay_set = 1;
+        } else if (IS("-h", "--host")) {
+            o->t.host = val;
+        } else if (IS("-p", "--port")) {
+            if (parse_long("--port", val, 1, 65535, &v))
+                return 2;
+            o->t.port = (int)v;
+        } else if (IS("-a", "--password")) {
+            o->t.password = val;
+        }
+#undef IS
+    }
+    return 0;
+}
+
+/* Fills in the defaults that depend on the mode. */
+static void finish_opts(struct opts *o)
+{
+    int late = strcmp(o->mode->name, "lateness") == 0;
+    if (!o->count)
+        o->count = late ? 16 : 1;
+    if (!o->delay_set)
+        o->delay_ms = late ? 1000 : 0;
+    if (!o->jobs)
+        o->jobs = late ? (long long)(o->rate * 10) : 1000000;
+    if (o->jobs < 1)
+        o->jobs = 1;
+    if (late && o->size < 14)
+        o->size = 14;
+}
+
+/* ---- entry ------------------------------------------------------------------------- */
+
+int bench_main(const struct cli_target *t, int json, int argc, char **argv)
+{
+    struct opts o = {0};
+    o.t = *t;
+    if (!o.t.host)
+        o.t.host = "127.0.0.1";
+    if (!o.t.port)
+        o.t.port = 7700;
+    o.json = json;
+    o.mode = &modes[0];
+    o.clients = 1;
+    o.pipeline = 64;
+    o.size = 100;
+    o.topic = "bench";
+    o.rate = 10000;
+    int rc = parse_opts(&o, argc, argv);
+    if (rc)
+        return rc == 1 ? 0 : 2;
+    finish_opts(&o);
+
+    struct bench *b = xcalloc(1, sizeof *b);
+    b->o = &o;
+    b->base = event_base_new();
+    if (!b->base) {
+        fprintf(stderr, "delayq bench: cannot create an event loop\n");
+        free(b);
+        return 1;
+    }
+    /* Run tag: 5 base-36 digits of the clock in ms (repeats every ~16 h). */
+    {
+        static const char digits[] = "0123456789abcdefghijklmnopqrstuvwxyz";
+        uint64_t v = (uint64_t)clock_ms() ^ ((uint64_t)getpid() << 16);
+        for (int i = 0; i < 5; i++, v /= 36)
+            b->tag[i] = digits[v % 36];
+        b->tag[5] = '-';
+        b->taglen = 6;
+    }
+    b->body = xmalloc((size_t)o.size + 1);
+    memset(b->body, 'x', (size_t)o.size);
+
+    rc = o.mode->run(b);
+    if (b->failed)
+        fprintf(stderr, "delayq bench: %s\n", b->errmsg);
+    if (b->nphases > 0 && (rc == 0 || b->ph->done > 0)) {
+        if (o.json)
+            print_json(b);
+        else
+            print_text(b);
+    }
+    int status = b->failed ? 1 : 0;
+    if (strcmp(o.mode->name, "lateness") == 0 && b->phases[0].done < b->phases[0].target)
+        status = 1;
+    if (strcmp(o.mode->name, "reserve") == 0 || strcmp(o.mode->name, "beanstalk-reserve") == 0)
+        if (b->nphases == 2 && b->phases[1].done < b->phases[1].target && !b->failed)
+            fprintf(stderr, "delayq bench: the topic ran dry after %lld of %lld jobs\n",
+                    b->phases[1].done, b->phases[1].target);
+
+    close_clients(b);
+    bench_samples_free(&b->late);
+    free(b->body);
+    event_base_free(b->base);
+    free(b);
+    return status;
+}

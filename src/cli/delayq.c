@@ -1,0 +1,1321 @@
+/* delayq.c -- bin/delayq, the command-line client (DESIGN §4).
+ *
+ * One subcommand per protocol command, described by a const table of
+ * struct cmd (name, usage, arity, options, handler, one line of help) in the
+ * manner of tmux's cmd_entry; `delayq help` and `delayq SUB --help` are
+ * generated from it. Durations and times are parsed by lib/duration.h and
+ * sent as milliseconds. The server is reached through hiredis's synchronous
+ * API, always with argv + lengths (binary-safe).
+ *
+ * Error convention of this file: a handler returns the process exit status.
+ * Failures that end the command (connection, server error reply, a reply of
+ * the wrong shape) print "delayq: ..." to stderr and exit(EXIT_FAIL) from the
+ * helper that saw them; usage errors exit with EXIT_USAGE and a hint.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <hiredis/hiredis.h>
+#include <jansson.h>
+
+#include "cli/bench.h"
+#include "lib/buf.h"
+#include "lib/duration.h"
+#include "lib/xalloc.h"
+
+#define EXIT_FAIL 1  /* server error, connection failure, nothing found */
+#define EXIT_USAGE 2 /* bad command line */
+
+#define DEFAULT_HOST "127.0.0.1"
+#define DEFAULT_PORT 7700
+#define CONNECT_TIMEOUT_S 5
+#define LIST_PAGE_DEFAULT 1000 /* COUNT for `list --all` pages */
+
+/* ---- options ------------------------------------------------------------ */
+
+enum opt_kind {
+    K_FLAG,     /* no value */
+    K_DURATION, /* human duration -> ms */
+    K_TIME,     /* RFC 3339 or unix ms -> unix ms */
+    K_COUNT,    /* non-negative integer */
+    K_BACKOFF,  /* exp:BASE[:MAX] | fixed:D */
+    K_STRING,   /* kept as text */
+};
+
+enum opt_id {
+    O_DELAY, O_AT, O_TTR, O_RETRIES, O_BACKOFF, O_REPLACE,
+    O_TIMEOUT, O_COUNT, O_ALL, O_CURSOR,
+    O__N
+};
+
+struct opt_def {
+    const char *name; /* without the leading "--" */
+    const char *arg;  /* placeholder shown in help; NULL for flags */
+    enum opt_kind kind;
+};
+
+static const struct opt_def opt_defs[O__N] = {
+    [O_DELAY] = {"delay", "D", K_DURATION},
+    [O_AT] = {"at", "TIME", K_TIME},
+    [O_TTR] = {"ttr", "D", K_DURATION},
+    [O_RETRIES] = {"retries", "N", K_COUNT},
+    [O_BACKOFF] = {"backoff", "SPEC", K_BACKOFF},
+    [O_REPLACE] = {"replace", NULL, K_FLAG},
+    [O_TIMEOUT] = {"timeout", "D", K_DURATION},
+    [O_COUNT] = {"count", "N", K_COUNT},
+    [O_ALL] = {"all", NULL, K_FLAG},
+    [O_CURSOR] = {"cursor", "C", K_STRING},
+};
+
+/* An option as one command accepts it, with that command's help line. */
+struct cmd_opt {
+    enum opt_id id;
+    const char *help;
+};
+
+struct backoff {
+    bool fixed;
+    int64_t base, max;
+};
+
+/* A parsed command line (after the subcommand name). */
+struct args {
+    char **pos; /* positional arguments, pointing into argv */
+    int npos;
+    bool has[O__N];
+    int64_t num[O__N];     /* durations, times and counts, in ms or units */
+    const char *str[O__N]; /* the text given, for strings and messages */
+    struct backoff backoff;
+};
+
+struct cli;
+
+struct cmd {
+    const char *name;
+    const char *usage;      /* what follows the name */
+    int min_args, max_args; /* positional arguments; max -1 = no limit */
+    int (*exec)(struct cli *c, const struct cmd *self, struct args *a);
+    const char *help;       /* one line, for `delayq help` */
+    const char *details;    /* more text for `delayq SUB --help`, or NULL */
+    bool raw;               /* pass argv through unparsed (bench) */
+    struct cmd_opt opts[7]; /* ends at the first entry with help == NULL */
+};
+
+struct cli {
+    struct cli_target t;
+    int json;
+    redisContext *ctx; /* NULL until the first command is sent */
+};
+
+static void die(struct cli *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3), noreturn));
+static void die(struct cli *c, const char *fmt, ...) {
+    va_list ap;
+    fflush(stdout);
+    fputs("delayq: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    if (c && c->ctx) redisFree(c->ctx);
+    exit(EXIT_FAIL);
+}
+
+static void warnx(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void warnx(const char *fmt, ...) {
+    va_list ap;
+    fflush(stdout);
+    fputs("delayq: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+/* Prints a usage error for cmd (NULL = the global command line) and exits. */
+static void usage_error(const struct cmd *cmd, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3), noreturn));
+static void usage_error(const struct cmd *cmd, const char *fmt, ...) {
+    va_list ap;
+    fflush(stdout);
+    fprintf(stderr, "delayq%s%s: ", cmd ? " " : "", cmd ? cmd->name : "");
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    if (cmd) {
+        fprintf(stderr, "\nusage: delayq %s %s\nTry 'delayq %s --help'.\n",
+                cmd->name, cmd->usage, cmd->name);
+    } else {
+        fputs("\nusage: delayq [-h HOST] [-p PORT] [-a PASSWORD] [--json] "
+              "COMMAND [ARGS...]\nTry 'delayq help'.\n", stderr);
+    }
+    exit(EXIT_USAGE);
+}
+
+/* ---- parsing values ------------------------------------------------------ */
+
+static int parse_count(const char *s, int64_t *out) {
+    if (!*s) return -1;
+    int64_t v = 0;
+    for (const char *p = s; *p; p++) {
+        if (*p < '0' || *p > '9') return -1;
+        if (__builtin_mul_overflow(v, 10, &v) ||
+            __builtin_add_overflow(v, *p - '0', &v))
+            return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static bool all_digits(const char *s) {
+    if (!*s) return false;
+    for (; *s; s++)
+        if (*s < '0' || *s > '9') return false;
+    return true;
+}
+
+/* "exp:BASE[:MAX]", "exp" or "fixed:D"; 0 or -1 with *why set. */
+static int parse_backoff(const char *s, struct backoff *b, const char **why) {
+    const char *colon = strchr(s, ':');
+    size_t klen = colon ? (size_t)(colon - s) : strlen(s);
+    if (klen == 3 && strncasecmp(s, "exp", 3) == 0) {
+        b->fixed = false;
+        b->base = 1000;
+        b->max = 3600000;
+        if (!colon) return 0;
+        char base[64];
+        const char *rest = colon + 1, *c2 = strchr(rest, ':');
+        size_t blen = c2 ? (size_t)(c2 - rest) : strlen(rest);
+        if (blen >= sizeof base) return *why = "BASE too long", -1;
+        memcpy(base, rest, blen);
+        base[blen] = '\0';
+        if (duration_parse(base, &b->base, why) < 0) return -1;
+        if (c2 && duration_parse(c2 + 1, &b->max, why) < 0) return -1;
+        return 0;
+    }
+    if (klen == 5 && strncasecmp(s, "fixed", 5) == 0) {
+        b->fixed = true;
+        b->max = 0;
+        if (!colon) return *why = "fixed needs a delay, like fixed:30s", -1;
+        return duration_parse(colon + 1, &b->base, why);
+    }
+    *why = "expected exp:BASE:MAX (like exp:1s:1h) or fixed:D (like fixed:30s)";
+    return -1;
+}
+
+static const struct cmd_opt *find_opt(const struct cmd *cmd, const char *name,
+                                      size_t len) {
+    for (const struct cmd_opt *o = cmd->opts; o->help; o++) {
+        const char *n = opt_defs[o->id].name;
+        if (strlen(n) == len && strncmp(n, name, len) == 0) return o;
+    }
+    return NULL;
+}
+
+static void print_cmd_help(const struct cmd *cmd, FILE *f);
+
+/* Applies a global option (-h -p -a --json and long forms) at argv[*i];
+ * returns true if it was one. `cmd` is only for error messages. */
+static bool global_opt(struct cli *c, const struct cmd *cmd, int argc,
+                       char **argv, int *i) {
+    const char *s = argv[*i], *val = NULL;
+    char which = 0;
+    if (strcmp(s, "--json") == 0) {
+        c->json = 1;
+        return true;
+    }
+    if (s[0] == '-' && s[1] && !s[2] && strchr("hpa", s[1])) {
+        which = s[1];
+    } else {
+        static const char *const longs[] = {"--host", "--port", "--password"};
+        for (int k = 0; k < 3 && !which; k++) {
+            size_t n = strlen(longs[k]);
+            if (strncmp(s, longs[k], n) == 0 && (s[n] == '\0' || s[n] == '=')) {
+                which = "hpa"[k];
+                if (s[n] == '=') val = s + n + 1;
+            }
+        }
+    }
+    if (!which) return false;
+    if (!val) {
+        if (*i + 1 >= argc) {
+            if (which == 'h')
+                usage_error(cmd, "-h needs a HOST (for help, use --help)");
+            usage_error(cmd, "%s needs a value", s);
+        }
+        val = argv[++*i];
+    }
+    if (which == 'h') {
+        c->t.host = val;
+    } else if (which == 'a') {
+        c->t.password = val;
+    } else {
+        int64_t port;
+        if (parse_count(val, &port) < 0 || port < 1 || port > 65535)
+            usage_error(cmd, "invalid port '%s': expected 1-65535", val);
+        c->t.port = (int)port;
+    }
+    return true;
+}
+
+/* Parses argv (the words after the subcommand) into a. Options may come in
+ * any order, between positional arguments, as --name VALUE or --name=VALUE;
+ * "--" ends them; "-" alone is positional. Exits on a usage error; returns
+ * 1 if --help was asked for, else 0. */
+static int parse_args(struct cli *c, const struct cmd *cmd, int argc,
+                      char **argv, struct args *a) {
+    memset(a, 0, sizeof *a);
+    a->pos = xcalloc((size_t)argc + 1, sizeof *a->pos);
+    bool opts_done = false;
+    for (int i = 0; i < argc; i++) {
+        char *s = argv[i];
+        if (opts_done || s[0] != '-' || strcmp(s, "-") == 0) {
+            a->pos[a->npos++] = s;
+            continue;
+        }
+        if (strcmp(s, "--") == 0) {
+            opts_done = true;
+            continue;
+        }
+        if (strcmp(s, "--help") == 0) return 1;
+        if (global_opt(c, cmd, argc, argv, &i)) continue;
+        if (s[1] != '-') usage_error(cmd, "unknown option '%s'", s);
+        const char *name = s + 2, *eq = strchr(name, '=');
+        size_t nlen = eq ? (size_t)(eq - name) : strlen(name);
+        const struct cmd_opt *o = find_opt(cmd, name, nlen);
+        if (!o) usage_error(cmd, "unknown option '--%.*s'", (int)nlen, name);
+        const struct opt_def *d = &opt_defs[o->id];
+        const char *val = eq ? eq + 1 : NULL;
+        if (d->kind == K_FLAG) {
+            if (val) usage_error(cmd, "--%s takes no value", d->name);
+            a->has[o->id] = true;
+            continue;
+        }
+        if (!val) {
+            if (i + 1 >= argc)
+                usage_error(cmd, "--%s needs a value (%s)", d->name, d->arg);
+            val = argv[++i];
+        }
+        const char *why = NULL;
+        int64_t v = 0;
+        switch (d->kind) {
+        case K_DURATION:
+            if (duration_parse(val, &v, &why) < 0)
+                usage_error(cmd, "invalid --%s '%s': %s", d->name, val, why);
+            break;
+        case K_TIME:
+            if (all_digits(val)) {
+                if (parse_count(val, &v) < 0)
+                    usage_error(cmd, "invalid --%s '%s': too large", d->name, val);
+            } else if (duration_parse_time(val, &v, &why) < 0) {
+                usage_error(cmd,
+                            "invalid --%s '%s': %s (give an RFC 3339 time "
+                            "or unix milliseconds)", d->name, val, why);
+            }
+            break;
+        case K_COUNT:
+            if (parse_count(val, &v) < 0)
+                usage_error(cmd, "invalid --%s '%s': expected a whole number",
+                            d->name, val);
+            break;
+        case K_BACKOFF:
+            if (parse_backoff(val, &a->backoff, &why) < 0)
+                usage_error(cmd, "invalid --%s '%s': %s", d->name, val, why);
+            break;
+        case K_FLAG:
+        case K_STRING:
+            break;
+        }
+        a->has[o->id] = true;
+        a->num[o->id] = v;
+        a->str[o->id] = val;
+    }
+    if (a->npos < cmd->min_args || (cmd->max_args >= 0 && a->npos > cmd->max_args)) {
+        /* name the first missing argument, from the usage line */
+        if (a->npos < cmd->min_args) {
+            char word[64];
+            const char *u = cmd->usage;
+            for (int k = 0; k < a->npos && *u; k++) {
+                u = strchr(u, ' ');
+                if (!u) break;
+                u++;
+            }
+            size_t n = u ? strcspn(u, " .") : 0;
+            if (u && n > 0 && n < sizeof word && u[0] != '[') {
+                memcpy(word, u, n);
+                word[n] = '\0';
+                usage_error(cmd, "missing %s", word);
+            }
+            usage_error(cmd, "missing arguments");
+        }
+        usage_error(cmd, "too many arguments ('%s' is one too many)",
+                    a->pos[cmd->max_args]);
+    }
+    return 0;
+}
+
+static void args_free(struct args *a) { free(a->pos); }
+
+/* ---- talking to the server ---------------------------------------------- */
+
+/* A command being built: argv with lengths, plus the strings it owns. */
+struct cmdv {
+    int n, cap;
+    const char **argv;
+    size_t *len;
+    int nowned;
+    char **owned;
+};
+
+static void cmdv_addn(struct cmdv *v, const char *p, size_t n) {
+    if (v->n == v->cap) {
+        v->cap = v->cap ? v->cap * 2 : 16;
+        v->argv = xrealloc(v->argv, (size_t)v->cap * sizeof *v->argv);
+        v->len = xrealloc(v->len, (size_t)v->cap * sizeof *v->len);
+        v->owned = xrealloc(v->owned, (size_t)v->cap * sizeof *v->owned);
+    }
+    v->argv[v->n] = p;
+    v->len[v->n++] = n;
+}
+
+static void cmdv_add(struct cmdv *v, const char *s) { cmdv_addn(v, s, strlen(s)); }
+
+static void cmdv_addll(struct cmdv *v, long long x) {
+    char tmp[24];
+    int n = snprintf(tmp, sizeof tmp, "%lld", x);
+    char *s = xstrndup(tmp, (size_t)n);
+    cmdv_addn(v, s, (size_t)n);
+    v->owned[v->nowned++] = s;
+}
+
+static void cmdv_free(struct cmdv *v) {
+    for (int i = 0; i < v->nowned; i++) free(v->owned[i]);
+    free(v->argv);
+    free(v->len);
+    free(v->owned);
+    memset(v, 0, sizeof *v);
+}
+
+static const char *type_name(int type) {
+    switch (type) {
+    case REDIS_REPLY_STRING: return "bulk string";
+    case REDIS_REPLY_ARRAY: return "array";
+    case REDIS_REPLY_INTEGER: return "integer";
+    case REDIS_REPLY_NIL: return "nil";
+    case REDIS_REPLY_STATUS: return "status";
+    case REDIS_REPLY_ERROR: return "error";
+    default: return "unknown";
+    }
+}
+
+/* Sends argv and waits for the reply; exits on an error reply. */
+static redisReply *send_argv(struct cli *c, struct cmdv *v);
+
+static void connect_server(struct cli *c) {
+    struct timeval tv = {CONNECT_TIMEOUT_S, 0};
+    c->ctx = redisConnectWithTimeout(c->t.host, c->t.port, tv);
+    if (!c->ctx) die(c, "cannot connect to %s:%d: out of memory", c->t.host, c->t.port);
+    if (c->ctx->err)
+        die(c, "cannot connect to %s:%d: %s", c->t.host, c->t.port,
+            c->ctx->errstr);
+    /* The connect timeout must not become a read timeout: RESERVE may wait
+     * as long as it was told to, forever by default. */
+    struct timeval none = {0, 0};
+    redisSetTimeout(c->ctx, none);
+    if (c->t.password) {
+        struct cmdv v = {0};
+        cmdv_add(&v, "AUTH");
+        cmdv_add(&v, c->t.password);
+        redisReply *r = redisCommandArgv(c->ctx, v.n, v.argv, v.len);
+        cmdv_free(&v);
+        if (!r)
+            die(c, "connection to %s:%d lost during AUTH: %s", c->t.host,
+                c->t.port, c->ctx->errstr);
+        if (r->type == REDIS_REPLY_ERROR) {
+            fflush(stdout);
+            fprintf(stderr, "delayq: AUTH failed: %s\n", r->str);
+            freeReplyObject(r);
+            redisFree(c->ctx);
+            exit(EXIT_FAIL);
+        }
+        freeReplyObject(r);
+    }
+}
+
+static redisReply *send_argv(struct cli *c, struct cmdv *v) {
+    if (!c->ctx) connect_server(c);
+    redisReply *r = redisCommandArgv(c->ctx, v->n, v->argv, v->len);
+    if (!r) {
+        if (c->ctx->err == REDIS_ERR_EOF)
+            die(c, "%s:%d closed the connection", c->t.host, c->t.port);
+        die(c, "connection to %s:%d failed: %s", c->t.host, c->t.port,
+            c->ctx->errstr);
+    }
+    if (r->type == REDIS_REPLY_ERROR) {
+        fflush(stdout);
+        fprintf(stderr, "delayq: %s\n", r->str);
+        if (strncmp(r->str, "NOAUTH", 6) == 0 && !c->t.password)
+            fputs("delayq: the server wants a password: pass -a PASSWORD "
+                  "or set DELAYQ_PASSWORD\n", stderr);
+        freeReplyObject(r);
+        cmdv_free(v);
+        redisFree(c->ctx);
+        exit(EXIT_FAIL);
+    }
+    return r;
+}
+
+/* Exits unless r has the given type (or nil, when nil_ok). */
+static void expect(struct cli *c, redisReply *r, int type, bool nil_ok,
+                   const char *what) {
+    if (r->type == type || (nil_ok && r->type == REDIS_REPLY_NIL)) return;
+    int got = r->type;
+    freeReplyObject(r);
+    die(c, "unexpected reply to %s: expected %s, got %s", what,
+        type_name(type), type_name(got));
+}
+
+/* ---- output helpers ------------------------------------------------------- */
+
+static int64_t now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Length of the valid UTF-8 sequence at p (n bytes left), or 0. */
+static size_t utf8_seq(const unsigned char *p, size_t n) {
+    size_t len;
+    unsigned cp;
+    if (p[0] >= 0xc2 && p[0] <= 0xdf) len = 2, cp = p[0] & 0x1f;
+    else if (p[0] >= 0xe0 && p[0] <= 0xef) len = 3, cp = p[0] & 0x0f;
+    else if (p[0] >= 0xf0 && p[0] <= 0xf4) len = 4, cp = p[0] & 0x07;
+    else return 0;
+    if (len > n) return 0;
+    for (size_t i = 1; i < len; i++) {
+        if ((p[i] & 0xc0) != 0x80) return 0;
+        cp = cp << 6 | (p[i] & 0x3f);
+    }
+    if ((len == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) ||
+        (len == 4 && (cp < 0x10000 || cp > 0x10ffff)))
+        return 0;
+    return len;
+}
+
+/* Appends bytes made safe for a terminal: control characters and invalid
+ * UTF-8 become \n, \t, \r or \xNN; valid UTF-8 is kept. */
+static void put_escaped(struct buf *o, const char *s, size_t n) {
+    const unsigned char *p = (const unsigned char *)s;
+    for (size_t i = 0; i < n;) {
+        unsigned char ch = p[i];
+        size_t k;
+        if (ch >= 0x20 && ch < 0x7f) {
+            buf_append(o, &p[i++], 1);
+        } else if (ch == '\n') {
+            buf_append(o, "\\n", 2), i++;
+        } else if (ch == '\t') {
+            buf_append(o, "\\t", 2), i++;
+        } else if (ch == '\r') {
+            buf_append(o, "\\r", 2), i++;
+        } else if (ch >= 0x80 && (k = utf8_seq(p + i, n - i)) > 0) {
+            buf_append(o, p + i, k), i += k;
+        } else {
+            buf_appendf(o, "\\x%02x", ch), i++;
+        }
+    }
+}
+
+/* A string cell: the buf's contents, NUL-terminated, now owned by caller. */
+static char *buf_take(struct buf *b) {
+    buf_append(b, "", 1);
+    char *s = b->p;
+    memset(b, 0, sizeof *b);
+    return s;
+}
+
+static char *escaped(const char *s, size_t n) {
+    struct buf b = BUF_INIT;
+    put_escaped(&b, s, n);
+    return buf_take(&b);
+}
+
+/* "2026-11-22T10:00:00Z (in 29m59s)" */
+static char *when(int64_t ms) {
+    char t[TIMESTAMP_FMT_MAX], d[DURATION_FMT_MAX];
+    int64_t delta = ms - now_ms();
+    int64_t mag = delta < 0 ? -delta : delta;
+    if (mag >= 60000) mag = (mag + 500) / 1000 * 1000; /* whole seconds */
+    struct buf b = BUF_INIT;
+    buf_appendf(&b, "%s", duration_format_time(ms, t, sizeof t));
+    if (delta == 0)
+        buf_appendf(&b, " (now)");
+    else
+        buf_appendf(&b, delta > 0 ? " (in %s)" : " (%s ago)",
+                    duration_format(mag, d, sizeof d));
+    return buf_take(&b);
+}
+
+/* A table of strings printed with aligned columns (the last one unpadded). */
+struct table {
+    int ncols;
+    size_t nrows, cap;
+    char **cells; /* owned, nrows * ncols */
+};
+
+static void table_row(struct table *t, ...) {
+    if (t->nrows == t->cap) {
+        t->cap = t->cap ? t->cap * 2 : 16;
+        t->cells = xrealloc(t->cells, t->cap * (size_t)t->ncols * sizeof *t->cells);
+    }
+    va_list ap;
+    va_start(ap, t);
+    for (int i = 0; i < t->ncols; i++)
+        t->cells[t->nrows * (size_t)t->ncols + (size_t)i] = va_arg(ap, char *);
+    va_end(ap);
+    t->nrows++;
+}
+
+static size_t display_width(const char *s) {
+    size_t w = 0;
+    for (; *s; s++)
+        if (((unsigned char)*s & 0xc0) != 0x80) w++;
+    return w;
+}
+
+static void table_print(const struct table *t) {
+    size_t width[16] = {0};
+    for (size_t r = 0; r < t->nrows; r++)
+        for (int i = 0; i < t->ncols; i++) {
+            size_t w = display_width(t->cells[r * (size_t)t->ncols + (size_t)i]);
+            if (w > width[i]) width[i] = w;
+        }
+    for (size_t r = 0; r < t->nrows; r++) {
+        for (int i = 0; i < t->ncols; i++) {
+            const char *cell = t->cells[r * (size_t)t->ncols + (size_t)i];
+            fputs(cell, stdout);
+            if (i + 1 < t->ncols)
+                printf("%*s", (int)(width[i] - display_width(cell) + 2), "");
+        }
+        putchar('\n');
+    }
+}
+
+static void table_free(struct table *t) {
+    for (size_t k = 0; k < t->nrows * (size_t)t->ncols; k++) free(t->cells[k]);
+    free(t->cells);
+}
+
+static char *xstr(const char *s) { return xstrndup(s, strlen(s)); }
+
+static char *fmt_ll(long long v) {
+    char tmp[24];
+    snprintf(tmp, sizeof tmp, "%lld", v);
+    return xstr(tmp);
+}
+
+static void emit_json(json_t *j) {
+    size_t flags = JSON_ENCODE_ANY | (isatty(STDOUT_FILENO) ? JSON_INDENT(2) : 0);
+    json_dumpf(j, stdout, flags);
+    putchar('\n');
+    json_decref(j);
+}
+
+static const char b64[] =
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+static json_t *json_base64(const char *s, size_t n) {
+    const unsigned char *p = (const unsigned char *)s;
+    struct buf b = BUF_INIT;
+    for (size_t i = 0; i < n; i += 3) {
+        unsigned v = (unsigned)p[i] << 16 | (i + 1 < n ? (unsigned)p[i + 1] << 8 : 0) |
+                     (i + 2 < n ? p[i + 2] : 0);
+        char q[4] = {b64[v >> 18 & 63], b64[v >> 12 & 63],
+                     i + 1 < n ? b64[v >> 6 & 63] : '=', i + 2 < n ? b64[v & 63] : '='};
+        buf_append(&b, q, 4);
+    }
+    json_t *j = json_stringn(b.p ? b.p : "", b.len);
+    buf_free(&b);
+    return j;
+}
+
+/* Sets "body" (valid UTF-8) or "body_base64" (anything else) on obj. */
+static void json_set_body(json_t *obj, const char *s, size_t n) {
+    json_t *str = json_stringn(s ? s : "", n);
+    if (str)
+        json_object_set_new(obj, "body", str);
+    else
+        json_object_set_new(obj, "body_base64", json_base64(s, n));
+}
+
+static json_t *json_from_elem(const redisReply *e) {
+    switch (e->type) {
+    case REDIS_REPLY_INTEGER: return json_integer(e->integer);
+    case REDIS_REPLY_STRING:
+    case REDIS_REPLY_STATUS: {
+        json_t *s = json_stringn(e->str, e->len);
+        return s ? s : json_base64(e->str, e->len);
+    }
+    case REDIS_REPLY_ARRAY: {
+        json_t *a = json_array();
+        for (size_t i = 0; i < e->elements; i++)
+            json_array_append_new(a, json_from_elem(e->element[i]));
+        return a;
+    }
+    default: return json_null();
+    }
+}
+
+/* Checks a flat field/value array (GET, STATS) and returns the field name
+ * of pair i as a C string in a static-free way (names are short ASCII). */
+static void expect_pairs(struct cli *c, redisReply *r, const char *what) {
+    expect(c, r, REDIS_REPLY_ARRAY, false, what);
+    bool ok = r->elements % 2 == 0;
+    for (size_t i = 0; ok && i < r->elements; i += 2)
+        ok = r->element[i]->type == REDIS_REPLY_STRING ||
+             r->element[i]->type == REDIS_REPLY_STATUS;
+    if (!ok) {
+        freeReplyObject(r);
+        die(c, "unexpected reply to %s: expected field/value pairs", what);
+    }
+}
+
+static bool is_time_field(const char *f) {
+    return !strcmp(f, "due") || !strcmp(f, "created") || !strcmp(f, "deadline");
+}
+
+/* ---- the subcommands ---------------------------------------------------- */
+
+static int exec_help(struct cli *c, const struct cmd *self, struct args *a);
+
+/* Reads all of stdin into b. */
+static void read_stdin(struct cli *c, struct buf *b) {
+    if (isatty(STDIN_FILENO))
+        fputs("delayq: reading the body from stdin (end with Ctrl-D)\n", stderr);
+    for (;;) {
+        char *p = buf_reserve(b, 65536);
+        ssize_t n = read(STDIN_FILENO, p, 65536);
+        if (n == 0) break;
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            die(c, "cannot read the body from stdin: %s", strerror(errno));
+        }
+        b->len += (size_t)n;
+    }
+}
+
+static int exec_add(struct cli *c, const struct cmd *self, struct args *a) {
+    if (a->has[O_DELAY] && a->has[O_AT])
+        usage_error(self, "give --delay or --at, not both");
+    struct buf body = BUF_INIT;
+    const char *bp;
+    size_t blen;
+    if (a->npos < 3 || strcmp(a->pos[2], "-") == 0) {
+        read_stdin(c, &body);
+        bp = body.p ? body.p : "";
+        blen = body.len;
+    } else {
+        bp = a->pos[2];
+        blen = strlen(bp);
+    }
+    struct cmdv v = {0};
+    cmdv_add(&v, "ADD");
+    cmdv_add(&v, a->pos[0]);
+    cmdv_add(&v, a->pos[1]);
+    cmdv_addn(&v, bp, blen);
+    if (a->has[O_DELAY]) cmdv_add(&v, "DELAY"), cmdv_addll(&v, a->num[O_DELAY]);
+    if (a->has[O_AT]) cmdv_add(&v, "AT"), cmdv_addll(&v, a->num[O_AT]);
+    if (a->has[O_TTR]) cmdv_add(&v, "TTR"), cmdv_addll(&v, a->num[O_TTR]);
+    if (a->has[O_RETRIES]) cmdv_add(&v, "RETRIES"), cmdv_addll(&v, a->num[O_RETRIES]);
+    if (a->has[O_BACKOFF]) {
+        cmdv_add(&v, "BACKOFF");
+        cmdv_add(&v, a->backoff.fixed ? "FIXED" : "EXP");
+        cmdv_addll(&v, a->backoff.base);
+        if (!a->backoff.fixed) cmdv_addll(&v, a->backoff.max);
+    }
+    if (a->has[O_REPLACE]) cmdv_add(&v, "REPLACE");
+    redisReply *r = send_argv(c, &v);
+    cmdv_free(&v);
+    buf_free(&body);
+    expect(c, r, REDIS_REPLY_STRING, false, "ADD");
+    if (c->json) {
+        json_t *o = json_object();
+        json_object_set_new(o, "topic", json_string(a->pos[0]));
+        json_object_set_new(o, "id", json_from_elem(r));
+        emit_json(o);
+    } else {
+        fwrite(r->str, 1, r->len, stdout);
+        putchar('\n');
+    }
+    freeReplyObject(r);
+    return 0;
+}
+
+static int exec_get(struct cli *c, const struct cmd *self, struct args *a) {
+    struct cmdv v = {0};
+    cmdv_add(&v, "GET");
+    cmdv_add(&v, a->pos[0]);
+    cmdv_add(&v, a->pos[1]);
+    redisReply *r = send_argv(c, &v);
+    cmdv_free(&v);
+    if (r->type == REDIS_REPLY_NIL) {
+        freeReplyObject(r);
+        if (c->json) emit_json(json_null());
+        warnx("no job '%s' in topic '%s'", a->pos[1], a->pos[0]);
+        return EXIT_FAIL;
+    }
+    expect_pairs(c, r, "GET");
+    if (c->json) {
+        json_t *o = json_object();
+        for (size_t i = 0; i < r->elements; i += 2) {
+            const redisReply *k = r->element[i], *val = r->element[i + 1];
+            if (strcmp(k->str, "body") == 0 && val->type == REDIS_REPLY_STRING)
+                json_set_body(o, val->str, val->len);
+            else
+                json_object_set_new(o, k->str, json_from_elem(val));
+        }
+        emit_json(o);
+    } else {
+        struct table t = {.ncols = 2};
+        for (size_t i = 0; i < r->elements; i += 2) {
+            const redisReply *k = r->element[i], *val = r->element[i + 1];
+            char *cell;
+            if (val->type == REDIS_REPLY_INTEGER && is_time_field(k->str)) {
+                cell = when(val->integer);
+            } else if (val->type == REDIS_REPLY_INTEGER && !strcmp(k->str, "ttr")) {
+                char d[DURATION_FMT_MAX];
+                cell = xstr(duration_format(val->integer, d, sizeof d));
+            } else if (val->type == REDIS_REPLY_INTEGER) {
+                cell = fmt_ll(val->integer);
+            } else if (val->type == REDIS_REPLY_NIL) {
+                cell = xstr("-");
+            } else if (val->type == REDIS_REPLY_STRING ||
+                       val->type == REDIS_REPLY_STATUS) {
+                cell = escaped(val->str, val->len);
+            } else {
+                cell = xstr("?");
+            }
+            table_row(&t, escaped(k->str, k->len), cell);
+        }
+        table_print(&t);
+        table_free(&t);
+    }
+    freeReplyObject(r);
+    return 0;
+}
+
+/* DEL, ACK: TOPIC ID... -> integer */
+static int exec_count_ids(struct cli *c, const struct cmd *self, struct args *a,
+                          const char *verb, const char *past) {
+    struct cmdv v = {0};
+    cmdv_add(&v, verb);
+    for (int i = 0; i < a->npos; i++) cmdv_add(&v, a->pos[i]);
+    if (a->has[O_COUNT]) cmdv_add(&v, "COUNT"), cmdv_addll(&v, a->num[O_COUNT]);
+    redisReply *r = send_argv(c, &v);
+    cmdv_free(&v);
+    expect(c, r, REDIS_REPLY_INTEGER, false, verb);
+    if (c->json) {
+        json_t *o = json_object();
+        json_object_set_new(o, past, json_integer(r->integer));
+        emit_json(o);
+    } else {
+        printf("%lld %s\n", r->integer, past);
+    }
+    freeReplyObject(r);
+    return 0;
+}
+
+static int exec_del(struct cli *c, const struct cmd *self, struct args *a) {
+    return exec_count_ids(c, self, a, "DEL", "deleted");
+}
+static int exec_ack(struct cli *c, const struct cmd *self, struct args *a) {
+    return exec_count_ids(c, self, a, "ACK", "acked");
+}
+static int exec_kick(struct cli *c, const struct cmd *self, struct args *a) {
+    return exec_count_ids(c, self, a, "KICK", "kicked");
+}
+static int exec_purge(struct cli *c, const struct cmd *self, struct args *a) {
+    return exec_count_ids(c, self, a, "PURGE", "purged");
+}
+
+static int exec_reserve(struct cli *c, const struct cmd *self, struct args *a) {
+    struct cmdv v = {0};
+    cmdv_add(&v, "RESERVE");
+    if (a->has[O_TIMEOUT]) cmdv_add(&v, "TIMEOUT"), cmdv_addll(&v, a->num[O_TIMEOUT]);
+    if (a->has[O_COUNT]) cmdv_add(&v, "COUNT"), cmdv_addll(&v, a->num[O_COUNT]);
+    cmdv_add(&v, "FROM");
+    for (int i = 0; i < a->npos; i++) cmdv_add(&v, a->pos[i]);
+    redisReply *r = send_argv(c, &v);
+    cmdv_free(&v);
+    if (r->type == REDIS_REPLY_NIL ||
+        (r->type == REDIS_REPLY_ARRAY && r->elements == 0)) {
+        freeReplyObject(r);
+        if (c->json) emit_json(json_array());
+        char d[DURATION_FMT_MAX];
+        if (a->num[O_TIMEOUT] > 0)
+            warnx("no job ready within %s",
+                  duration_format(a->num[O_TIMEOUT], d, sizeof d));
+        else
+            warnx("no job ready");
+        return EXIT_FAIL;
+    }
+    expect(c, r, REDIS_REPLY_ARRAY, false, "RESERVE");
+    for (size_t i = 0; i < r->elements; i++) {
+        const redisReply *j = r->element[i];
+        if (j->type != REDIS_REPLY_ARRAY || j->elements < 5 ||
+            j->element[0]->type != REDIS_REPLY_STRING ||
+            j->element[1]->type != REDIS_REPLY_STRING ||
+            j->element[2]->type != REDIS_REPLY_STRING ||
+            j->element[3]->type != REDIS_REPLY_INTEGER ||
+            j->element[4]->type != REDIS_REPLY_INTEGER) {
+            freeReplyObject(r);
+            die(c, "unexpected reply to RESERVE: expected [topic, id, body, "
+                   "attempts, deadline] per job");
+        }
+    }
+    if (c->json) {
+        json_t *arr = json_array();
+        for (size_t i = 0; i < r->elements; i++) {
+            redisReply **e = r->element[i]->element;
+            json_t *o = json_object();
+            json_object_set_new(o, "topic", json_from_elem(e[0]));
+            json_object_set_new(o, "id", json_from_elem(e[1]));
+            json_set_body(o, e[2]->str, e[2]->len);
+            json_object_set_new(o, "attempts", json_integer(e[3]->integer));
+            json_object_set_new(o, "deadline", json_integer(e[4]->integer));
+            json_array_append_new(arr, o);
+        }
+        emit_json(arr);
+    } else {
+        struct table t = {.ncols = 5};
+        table_row(&t, xstr("TOPIC"), xstr("ID"), xstr("ATTEMPTS"), xstr("DEADLINE"),
+                  xstr("BODY"));
+        for (size_t i = 0; i < r->elements; i++) {
+            redisReply **e = r->element[i]->element;
+            table_row(&t, escaped(e[0]->str, e[0]->len),
+                      escaped(e[1]->str, e[1]->len), fmt_ll(e[3]->integer),
+                      when(e[4]->integer), escaped(e[2]->str, e[2]->len));
+        }
+        table_print(&t);
+        table_free(&t);
+    }
+    freeReplyObject(r);
+    return 0;
+}
+
+static int exec_nack(struct cli *c, const struct cmd *self, struct args *a) {
+    struct cmdv v = {0};
+    cmdv_add(&v, "NACK");
+    cmdv_add(&v, a->pos[0]);
+    cmdv_add(&v, a->pos[1]);
+    if (a->has[O_DELAY]) cmdv_add(&v, "DELAY"), cmdv_addll(&v, a->num[O_DELAY]);
+    redisReply *r = send_argv(c, &v);
+    cmdv_free(&v);
+    if (r->type == REDIS_REPLY_STATUS) r->type = REDIS_REPLY_STRING;
+    expect(c, r, REDIS_REPLY_STRING, false, "NACK");
+    if (c->json) {
+        json_t *o = json_object();
+        json_object_set_new(o, "state", json_from_elem(r));
+        emit_json(o);
+    } else {
+        fwrite(r->str, 1, r->len, stdout);
+        putchar('\n');
+    }
+    freeReplyObject(r);
+    return 0;
+}
+
+static int exec_touch(struct cli *c, const struct cmd *self, struct args *a) {
+    struct cmdv v = {0};
+    cmdv_add(&v, "TOUCH");
+    cmdv_add(&v, a->pos[0]);
+    cmdv_add(&v, a->pos[1]);
+    if (a->has[O_TTR]) cmdv_add(&v, "TTR"), cmdv_addll(&v, a->num[O_TTR]);
+    redisReply *r = send_argv(c, &v);
+    cmdv_free(&v);
+    expect(c, r, REDIS_REPLY_INTEGER, false, "TOUCH");
+    if (c->json) {
+        json_t *o = json_object();
+        json_object_set_new(o, "deadline", json_integer(r->integer));
+        emit_json(o);
+    } else {
+        char *w = when(r->integer);
+        printf("deadline %s\n", w);
+        free(w);
+    }
+    freeReplyObject(r);
+    return 0;
+}
+
+/* One LIST page; returns the reply (an array [cursor, [ids]], checked). */
+static redisReply *list_page(struct cli *c, struct args *a, const char *cursor,
+                             int64_t count) {
+    struct cmdv v = {0};
+    cmdv_add(&v, "LIST");
+    cmdv_add(&v, a->pos[0]);
+    cmdv_add(&v, a->pos[1]);
+    if (count > 0) cmdv_add(&v, "COUNT"), cmdv_addll(&v, count);
+    if (cursor) cmdv_add(&v, "CURSOR"), cmdv_add(&v, cursor);
+    redisReply *r = send_argv(c, &v);
+    cmdv_free(&v);
+    expect(c, r, REDIS_REPLY_ARRAY, false, "LIST");
+    bool ok = r->elements == 2 &&
+              (r->element[0]->type == REDIS_REPLY_STRING ||
+               r->element[0]->type == REDIS_REPLY_INTEGER) &&
+              r->element[1]->type == REDIS_REPLY_ARRAY;
+    for (size_t i = 0; ok && i < r->element[1]->elements; i++)
+        ok = r->element[1]->element[i]->type == REDIS_REPLY_STRING;
+    if (!ok) {
+        freeReplyObject(r);
+        die(c, "unexpected reply to LIST: expected [cursor, [id ...]]");
+    }
+    return r;
+}
+
+static int exec_list(struct cli *c, const struct cmd *self, struct args *a) {
+    bool all = a->has[O_ALL];
+    if (all && a->has[O_CURSOR]) usage_error(self, "give --all or --cursor, not both");
+    int64_t count = a->has[O_COUNT] ? a->num[O_COUNT] : all ? LIST_PAGE_DEFAULT : 0;
+    char *cursor = a->has[O_CURSOR] ? xstr(a->str[O_CURSOR]) : NULL;
+    json_t *ids = c->json ? json_array() : NULL;
+    for (;;) {
+        redisReply *r = list_page(c, a, cursor, count);
+        const redisReply *list = r->element[1];
+        for (size_t i = 0; i < list->elements; i++) {
+            const redisReply *id = list->element[i];
+            if (ids) {
+                json_array_append_new(ids, json_from_elem(id));
+            } else {
+                char *s = escaped(id->str, id->len);
+                puts(s);
+                free(s);
+            }
+        }
+        free(cursor);
+        const redisReply *cur = r->element[0];
+        cursor = cur->type == REDIS_REPLY_INTEGER ? fmt_ll(cur->integer)
+                                                  : xstrndup(cur->str, cur->len);
+        freeReplyObject(r);
+        if (!all || strcmp(cursor, "0") == 0) break;
+    }
+    if (ids) {
+        json_t *o = json_object();
+        json_object_set_new(o, "cursor", json_string(cursor));
+        json_object_set_new(o, "ids", ids);
+        emit_json(o);
+    } else if (strcmp(cursor, "0") != 0) {
+        warnx("more ids follow: use --cursor %s, or --all", cursor);
+    }
+    free(cursor);
+    return 0;
+}
+
+static int exec_stats(struct cli *c, const struct cmd *self, struct args *a) {
+    struct cmdv v = {0};
+    cmdv_add(&v, "STATS");
+    if (a->npos) cmdv_add(&v, a->pos[0]);
+    redisReply *r = send_argv(c, &v);
+    cmdv_free(&v);
+    expect_pairs(c, r, "STATS");
+    if (c->json) {
+        json_t *o = json_object();
+        for (size_t i = 0; i < r->elements; i += 2)
+            json_object_set_new(o, r->element[i]->str,
+                                json_from_elem(r->element[i + 1]));
+        emit_json(o);
+    } else {
+        struct table t = {.ncols = 2};
+        for (size_t i = 0; i < r->elements; i += 2) {
+            const redisReply *val = r->element[i + 1];
+            table_row(&t, escaped(r->element[i]->str, r->element[i]->len),
+                      val->type == REDIS_REPLY_INTEGER ? fmt_ll(val->integer)
+                      : val->type == REDIS_REPLY_STRING ? escaped(val->str, val->len)
+                                                        : xstr("-"));
+        }
+        table_print(&t);
+        table_free(&t);
+    }
+    freeReplyObject(r);
+    return 0;
+}
+
+static int exec_topics(struct cli *c, const struct cmd *self, struct args *a) {
+    struct cmdv v = {0};
+    cmdv_add(&v, "TOPICS");
+    redisReply *r = send_argv(c, &v);
+    cmdv_free(&v);
+    expect(c, r, REDIS_REPLY_ARRAY, false, "TOPICS");
+    if (c->json) {
+        emit_json(json_from_elem(r));
+    } else {
+        for (size_t i = 0; i < r->elements; i++) {
+            const redisReply *e = r->element[i];
+            if (e->type != REDIS_REPLY_STRING) continue;
+            char *s = escaped(e->str, e->len);
+            puts(s);
+            free(s);
+        }
+    }
+    freeReplyObject(r);
+    return 0;
+}
+
+static int exec_ping(struct cli *c, const struct cmd *self, struct args *a) {
+    if (!c->ctx) connect_server(c);
+    struct cmdv v = {0};
+    cmdv_add(&v, "PING");
+    if (a->npos) cmdv_add(&v, a->pos[0]);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    redisReply *r = send_argv(c, &v);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    cmdv_free(&v);
+    if (r->type == REDIS_REPLY_STATUS) r->type = REDIS_REPLY_STRING;
+    expect(c, r, REDIS_REPLY_STRING, false, "PING");
+    double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 +
+                (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+    if (c->json) {
+        json_t *o = json_object();
+        json_object_set_new(o, "reply", json_from_elem(r));
+        json_object_set_new(o, "latency_ms", json_real((double)(int64_t)(ms * 1000) / 1000));
+        emit_json(o);
+    } else {
+        char *s = escaped(r->str, r->len);
+        printf("%s (%.3f ms)\n", s, ms);
+        free(s);
+    }
+    freeReplyObject(r);
+    return 0;
+}
+
+/* INFO text ("# Section" lines and "key:value" lines) as a flat JSON object;
+ * values that are whole integers become numbers. */
+static json_t *info_json(const char *s, size_t n) {
+    json_t *o = json_object();
+    const char *end = s + n;
+    while (s < end) {
+        const char *nl = memchr(s, '\n', (size_t)(end - s));
+        const char *le = nl ? nl : end;
+        const char *colon = memchr(s, ':', (size_t)(le - s));
+        size_t vlen = colon ? (size_t)(le - colon - 1) : 0;
+        if (colon && vlen && colon[vlen] == '\r') vlen--;
+        if (colon && *s != '#' && colon > s) {
+            char *k = xstrndup(s, (size_t)(colon - s));
+            char *val = xstrndup(colon + 1, vlen);
+            char *ep;
+            errno = 0;
+            long long ll = strtoll(val, &ep, 10);
+            json_t *jv = (*val && !*ep && !errno) ? json_integer(ll)
+                                                  : json_stringn(val, vlen);
+            if (jv) json_object_set_new(o, k, jv);
+            free(k);
+            free(val);
+        }
+        s = nl ? nl + 1 : end;
+    }
+    return o;
+}
+
+static int exec_info(struct cli *c, const struct cmd *self, struct args *a) {
+    struct cmdv v = {0};
+    cmdv_add(&v, "INFO");
+    if (a->npos) cmdv_add(&v, a->pos[0]);
+    redisReply *r = send_argv(c, &v);
+    cmdv_free(&v);
+    if (r->type == REDIS_REPLY_STATUS) r->type = REDIS_REPLY_STRING;
+    expect(c, r, REDIS_REPLY_STRING, false, "INFO");
+    if (c->json) {
+        emit_json(info_json(r->str, r->len));
+    } else {
+        for (size_t i = 0; i < r->len; i++)
+            if (r->str[i] != '\r') putchar(r->str[i]);
+        if (r->len && r->str[r->len - 1] != '\n') putchar('\n');
+    }
+    freeReplyObject(r);
+    return 0;
+}
+
+static int exec_bench(struct cli *c, const struct cmd *self, struct args *a) {
+    return bench_main(&c->t, c->json, a->npos, a->pos);
+}
+
+/* ---- the table ------------------------------------------------------------ */
+
+static const struct cmd commands[] = {
+    {"add", "TOPIC ID [BODY|-] [--delay D | --at TIME] [--ttr D] [--retries N] "
+            "[--backoff SPEC] [--replace]",
+     2, 3, exec_add, "Add a job, due now, after a delay or at a time",
+     "Prints the job's id. With BODY absent or '-', the body is read from stdin\n"
+     "(binary-safe). An ID of '*' (quote it from the shell) makes the server\n"
+     "choose a time-ordered id.\n\n"
+     "Examples:\n"
+     "  delayq add orders o-1 --delay 30m 'cancel if unpaid'\n"
+     "  delayq add reminders '*' --at 2026-11-22T09:30:00+08:00 < msg.json\n"
+     "  delayq add hooks h-9 body --retries 5 --backoff exp:1s:10m",
+     false,
+     {{O_DELAY, "due after this long (500ms, 30s, 1h30m, 2d; plain number = ms)"},
+      {O_AT, "due at this RFC 3339 time or unix ms (past = now)"},
+      {O_TTR, "lease length after each reserve (server default 30s)"},
+      {O_RETRIES, "re-deliveries allowed after the first (server default 3)"},
+      {O_BACKOFF, "delay before a retry: exp:BASE:MAX (like exp:1s:1h) or fixed:D"},
+      {O_REPLACE, "overwrite a job with this id unless it is reserved"},
+      {0, NULL}}},
+    {"get", "TOPIC ID", 2, 2, exec_get, "Show one job",
+     "Prints the job's fields, times as RFC 3339 (UTC) and relative to now.\n"
+     "Exits 1 if there is no such job. With --json, a body that is not UTF-8\n"
+     "is given as body_base64.",
+     false, {{0, NULL}}},
+    {"del", "TOPIC ID...", 2, -1, exec_del, "Delete jobs, in any state",
+     "Prints how many of the ids existed.", false, {{0, NULL}}},
+    {"reserve", "TOPIC... [--timeout D] [--count N]", 1, -1, exec_reserve,
+     "Take ready jobs, waiting for one if none is ready",
+     "Leases up to --count ready jobs (default 1), oldest due first, from the\n"
+     "topics given. Without --timeout it waits for ever; --timeout 0 does not\n"
+     "wait. Exits 1 if none became ready in time. Ack each job when done.",
+     false,
+     {{O_TIMEOUT, "give up after this long (0 = do not wait)"},
+      {O_COUNT, "take up to N jobs at once (default 1)"},
+      {0, NULL}}},
+    {"ack", "TOPIC ID...", 2, -1, exec_ack, "Acknowledge jobs: done, remove them",
+     "Prints how many of the ids existed. Acking is idempotent.", false, {{0, NULL}}},
+    {"nack", "TOPIC ID [--delay D]", 2, 2, exec_nack,
+     "Give a reserved job back for a retry",
+     "Prints the job's new state: delayed (retry after the backoff or --delay),\n"
+     "ready, or dead (no retries left).",
+     false, {{O_DELAY, "retry after this long instead of the job's backoff"}, {0, NULL}}},
+    {"touch", "TOPIC ID [--ttr D]", 2, 2, exec_touch, "Extend a reserved job's lease",
+     "Prints the new deadline.", false,
+     {{O_TTR, "new lease length from now (default: the job's ttr)"}, {0, NULL}}},
+    {"kick", "TOPIC [--count N]", 1, 1, exec_kick, "Move dead jobs back to ready",
+     "Prints how many jobs were kicked; their attempts restart at 0.", false,
+     {{O_COUNT, "kick at most N jobs"}, {0, NULL}}},
+    {"list", "TOPIC STATE [--count N] [--cursor C | --all]", 2, 2, exec_list,
+     "List job ids in a state, one per line",
+     "STATE is delayed, ready, reserved or dead. One page is printed unless\n"
+     "--all follows the cursor to the end; the next cursor goes to stderr.",
+     false,
+     {{O_COUNT, "ids per page"},
+      {O_CURSOR, "continue from the cursor a previous page returned"},
+      {O_ALL, "follow the cursor to the end"},
+      {0, NULL}}},
+    {"purge", "TOPIC", 1, 1, exec_purge, "Remove every job of a topic",
+     "Prints how many jobs were removed, in all states.", false, {{0, NULL}}},
+    {"stats", "[TOPIC]", 0, 1, exec_stats, "Show job counts and counters",
+     "Jobs per state and totals (added, reserved, acked, ...), for one topic\n"
+     "or for the whole server.",
+     false, {{0, NULL}}},
+    {"topics", "", 0, 0, exec_topics, "List topics that hold jobs", NULL, false,
+     {{0, NULL}}},
+    {"ping", "[MESSAGE]", 0, 1, exec_ping, "Check the server answers, with the round trip",
+     NULL, false, {{0, NULL}}},
+    {"info", "[SECTION]", 0, 1, exec_info, "Show server information", NULL, false,
+     {{0, NULL}}},
+    {"bench", "[OPTIONS]", 0, -1, exec_bench,
+     "Load generator: throughput, latency and lateness",
+     "Its options are described by 'delayq bench --help'.", true, {{0, NULL}}},
+    {"help", "[COMMAND]", 0, 1, exec_help, "Show help for all commands or one", NULL,
+     false, {{0, NULL}}},
+};
+#define NCOMMANDS (sizeof commands / sizeof commands[0])
+
+static const struct cmd *find_cmd(const char *name) {
+    for (size_t i = 0; i < NCOMMANDS; i++)
+        if (strcmp(commands[i].name, name) == 0) return &commands[i];
+    return NULL;
+}
+
+static void print_main_help(FILE *f) {
+    fputs("usage: delayq [-h HOST] [-p PORT] [-a PASSWORD] [--json] COMMAND [ARGS...]\n\n"
+          "Command-line client for delayqd, the delay-queue server.\n\n"
+          "Commands:\n", f);
+    for (size_t i = 0; i < NCOMMANDS; i++)
+        fprintf(f, "  %-9s %s\n", commands[i].name, commands[i].help);
+    fputs("\nGlobal options (before or after the command):\n"
+          "  -h HOST        server host (default " DEFAULT_HOST ")\n"
+          "  -p PORT        server port (default 7700)\n"
+          "  -a PASSWORD    password for AUTH (or set DELAYQ_PASSWORD)\n"
+          "  --json         print replies as JSON\n"
+          "  --help         this help; 'delayq COMMAND --help' for one command\n\n"
+          "Durations: 500ms, 30s, 1h30m, 2d, 1.5s, or a plain number of milliseconds.\n"
+          "Times: RFC 3339 (2026-11-22T10:00:00Z, 2026-11-22T18:00:00+08:00) or unix ms.\n"
+          "Exit status: 0 done; 1 server error, no connection, no such job or\n"
+          "nothing reserved in time; 2 bad command line.\n", f);
+}
+
+static void print_cmd_help(const struct cmd *cmd, FILE *f) {
+    fprintf(f, "usage: delayq %s %s\n\n%s.\n", cmd->name, cmd->usage, cmd->help);
+    if (cmd->details) fprintf(f, "\n%s\n", cmd->details);
+    if (cmd->opts[0].help) {
+        fputs("\nOptions:\n", f);
+        for (const struct cmd_opt *o = cmd->opts; o->help; o++) {
+            const struct opt_def *d = &opt_defs[o->id];
+            char left[40];
+            snprintf(left, sizeof left, "--%s%s%s", d->name, d->arg ? " " : "",
+                     d->arg ? d->arg : "");
+            fprintf(f, "  %-16s %s\n", left, o->help);
+        }
+    }
+    fputs("\nGlobal options: -h HOST, -p PORT, -a PASSWORD, --json "
+          "(see 'delayq help').\n", f);
+}
+
+static int exec_help(struct cli *c, const struct cmd *self, struct args *a) {
+    if (a->npos == 0) {
+        print_main_help(stdout);
+        return 0;
+    }
+    const struct cmd *cmd = find_cmd(a->pos[0]);
+    if (!cmd) usage_error(self, "unknown command '%s'", a->pos[0]);
+    print_cmd_help(cmd, stdout);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    struct cli c = {.t = {DEFAULT_HOST, DEFAULT_PORT, getenv("DELAYQ_PASSWORD")}};
+    int i = 1;
+    for (; i < argc && argv[i][0] == '-'; i++) {
+        if (strcmp(argv[i], "--help") == 0) {
+            print_main_help(stdout);
+            return 0;
+        }
+        if (strcmp(argv[i], "--") == 0) {
+            i++;
+            break;
+        }
+        if (!global_opt(&c, NULL, argc, argv, &i))
+            usage_error(NULL, "unknown option '%s'", argv[i]);
+    }
+    if (i >= argc) usage_error(NULL, "missing COMMAND");
+    const struct cmd *cmd = find_cmd(argv[i]);
+    if (!cmd) usage_error(NULL, "unknown command '%s'", argv[i]);
+    i++;
+
+    struct args a;
+    if (cmd->raw) {
+        memset(&a, 0, sizeof a);
+        a.pos = argv + i;
+        a.npos = argc - i;
+        return cmd->exec(&c, cmd, &a);
+    }
+    if (parse_args(&c, cmd, argc - i, argv + i, &a) == 1) {
+        print_cmd_help(cmd, stdout);
+        args_free(&a);
+        return 0;
+    }
+    int rc = cmd->exec(&c, cmd, &a);
+    args_free(&a);
+    if (c.ctx) redisFree(c.ctx);
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "delayq: cannot write the output: %s\n", strerror(errno));
+        return EXIT_FAIL;
+    }
+    return rc;
+}

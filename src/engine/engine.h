@@ -1,0 +1,145 @@
+/* engine.h -- the in-memory job engine (DESIGN §2, §5).
+ *
+ * Pure and single-threaded: every call takes "now" (unix ms) as an argument;
+ * the engine never reads a clock, never does I/O and never calls back into
+ * the caller except through the hooks below. All transitions of DESIGN §2
+ * happen here and nowhere else.
+ *
+ * Jobs are one allocation each, linked intrusively into a hierarchical
+ * timing wheel (delayed jobs by due time, reserved jobs by lease end), a
+ * per-topic ready FIFO, a per-topic dead list and a per-topic id table.
+ * Topics are interned and freed when they hold no job.
+ *
+ * Error convention: functions returning int return >= 0 on success and a
+ * negative enum engine_err on failure; on failure nothing changed.
+ * Pointers to jobs (struct dq_job views filled by the engine) point into
+ * engine memory and are valid until the next engine call that changes state.
+ */
+#ifndef DQ_ENGINE_H
+#define DQ_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "job.h"
+
+enum engine_err {
+    ENGINE_EEXISTS = -1,
+    ENGINE_EBUSY = -2,
+    ENGINE_ENOTRESERVED = -3,
+    ENGINE_EFULL = -4,
+    ENGINE_ENOMEM = -5,
+    ENGINE_ENOTFOUND = -6,
+};
+
+struct engine;
+
+struct engine_hooks {
+    /* A topic gained ready jobs (ready = how many it now holds). Called
+     * from engine_advance (after the batch), engine_add, engine_nack,
+     * engine_kick, engine_release. Must not call back into the engine. */
+    void (*on_ready)(void *ud, struct dq_str topic, uint64_t ready);
+    /* A reserved job's lease ended in engine_advance: it went back to ready
+     * (dead = false) or to dead. Lets a durable store log the change. */
+    void (*on_expire)(void *ud, const struct dq_job *job, bool dead);
+    void *ud;
+};
+
+struct engine_config {
+    uint64_t max_jobs;   /* 0 = no limit */
+    struct engine_hooks hooks;
+};
+
+/* NULL on allocation failure. */
+struct engine *engine_new(const struct engine_config *cfg, int64_t now);
+/* Frees every job and topic. Accepts NULL. */
+void engine_free(struct engine *e);
+
+/* ADD (§2). `a->id` must not be "*": the caller generates ids. Returns the
+ * new state (DQ_DELAYED or DQ_READY) or ENGINE_EEXISTS / EBUSY / EFULL /
+ * ENOMEM. If out is non-NULL it receives a view of the job. */
+int engine_add(struct engine *e, int64_t now, const struct dq_add *a,
+               struct dq_job *out);
+
+/* Removes a job in any state. Returns 1 if it existed, else 0. */
+int engine_del(struct engine *e, struct dq_str topic, struct dq_str id);
+
+/* Fills *out and returns 1 if the job exists, else 0. */
+int engine_get(const struct engine *e, struct dq_str topic, struct dq_str id,
+               struct dq_job *out);
+
+/* Takes up to `count` ready jobs from the topics, in order (all of the first
+ * topic's before the next), ready order within a topic: attempts += 1,
+ * deadline = now + ttr. Fills out[0..n) and returns n (may be 0). The views
+ * stay valid until the next state-changing engine call. */
+int engine_reserve(struct engine *e, int64_t now, const struct dq_str *topics,
+                   size_t ntopics, uint32_t count, struct dq_job *out);
+
+/* ACK: removes the job in any state. Returns 1 if it existed, else 0. */
+int engine_ack(struct engine *e, struct dq_str topic, struct dq_str id);
+
+/* NACK: delay < 0 = the job's backoff. Returns the new state or
+ * ENGINE_ENOTRESERVED. */
+int engine_nack(struct engine *e, int64_t now, struct dq_str topic,
+                struct dq_str id, int64_t delay);
+
+/* TOUCH: ttr 0 = the job's own. Stores the new deadline in *deadline and
+ * returns 0, or ENGINE_ENOTRESERVED. */
+int engine_touch(struct engine *e, int64_t now, struct dq_str topic,
+                 struct dq_str id, uint32_t ttr, int64_t *deadline);
+
+/* reserved -> ready at the head of the ready FIFO, attempts -= 1 (a
+ * delivery that never reached its client). Returns 1, or 0 if the job is
+ * absent or not reserved. */
+int engine_release(struct engine *e, struct dq_str topic, struct dq_str id);
+
+/* KICK: up to count (0 = all) dead jobs -> ready, attempts = 0, oldest dead
+ * first. Returns how many moved. */
+int64_t engine_kick(struct engine *e, struct dq_str topic, uint64_t count);
+
+/* PURGE: removes every job of the topic. Returns how many. */
+int64_t engine_purge(struct engine *e, struct dq_str topic);
+
+/* LIST, SCAN-style over the topic's id table (reverse-binary cursor, as
+ * Redis SCAN): visits about `count` buckets from `cursor` and calls fn for
+ * every job in `state` there. Returns the next cursor, 0 when done. Every
+ * job present in that state for the whole scan is reported at least once,
+ * even when the table grows or shrinks between calls. */
+uint64_t engine_list(const struct engine *e, struct dq_str topic, int state,
+                     uint32_t count, uint64_t cursor,
+                     void (*fn)(void *ud, struct dq_str id), void *ud);
+
+/* Counters and jobs per state, of one topic or (topic.len == 0) of all.
+ * A topic that does not exist gives zeros. */
+void engine_stats(const struct engine *e, struct dq_str topic,
+                  struct dq_stats *out);
+
+/* Calls fn for every topic holding at least one job. */
+void engine_topics(const struct engine *e,
+                   void (*fn)(void *ud, struct dq_str topic), void *ud);
+
+/* Number of jobs held, all states. */
+uint64_t engine_count(const struct engine *e);
+
+/* The earliest due time or lease end, or INT64_MAX if there is none. */
+int64_t engine_next_expiry(const struct engine *e);
+
+/* Applies every timed transition with a time <= now, in time order (due
+ * jobs -> ready, ended leases -> ready or dead), at most `budget` jobs.
+ * Returns true if more remain at or before now (call again soon). */
+bool engine_advance(struct engine *e, int64_t now, uint32_t budget);
+
+/* For the durable store: puts back a job read from a log or snapshot in the
+ * state given by *j (including attempts and deadline), without counting it
+ * in the counters. Returns 0, ENGINE_EEXISTS or ENGINE_ENOMEM. */
+int engine_restore(struct engine *e, int64_t now, const struct dq_job *j);
+
+/* Calls fn for every job (any order). fn must not change the engine. */
+void engine_foreach(const struct engine *e,
+                    void (*fn)(void *ud, const struct dq_job *j), void *ud);
+
+/* Replaces the counters (for a durable store's recovery). */
+void engine_set_counters(struct engine *e, const struct dq_stats *totals);
+
+#endif

@@ -1,0 +1,261 @@
+/* conn.c -- one client connection: bytes in, requests out, replies in order.
+ *
+ * Reading: the socket is read into c->in and cut into requests by
+ * resp_parse; each request is dispatched at once (commands.c). Parsing
+ * pauses while a RESERVE that may block is in flight (later requests wait,
+ * as in Redis) and while too many requests are in flight; reading stops
+ * only when a lot of unparsed input has piled up. Reading never waits for
+ * the client to read its replies, so a client that writes its whole pipeline
+ * before reading cannot deadlock against us.
+ *
+ * Replies: each request that the store answers later gets a `struct req` in
+ * the connection's FIFO. A reply that completes at the head goes straight to
+ * c->out, others wait in their req. Output is written by the flush event at
+ * the end of the loop iteration, so the replies of a pipeline leave in one
+ * write. A client whose unread replies pass --max-output is dropped.
+ */
+#include <errno.h>
+#include <event2/event.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "lib/log.h"
+#include "lib/xalloc.h"
+#include "server/server.h"
+
+#define READ_CHUNK (64 * 1024)
+#define MAX_INFLIGHT 4096            /* requests in flight before parsing waits */
+#define IN_MAX (64 * 1024 * 1024)   /* unparsed input before reading waits */
+
+static struct buf scratch; /* replies to connections that are gone */
+
+static void conn_read_cb(evutil_socket_t fd, short what, void *arg);
+static void conn_write_cb(evutil_socket_t fd, short what, void *arg);
+
+static void set_reading(struct conn *c, bool on) {
+    if (on == c->reading || c->fd < 0) return;
+    if (on) event_add(c->rev, NULL);
+    else event_del(c->rev);
+    c->reading = on;
+}
+
+struct conn *conn_new(struct server *srv, int fd) {
+    struct conn *c = xcalloc(1, sizeof *c);
+    c->srv = srv;
+    c->fd = fd;
+    c->id = ++srv->next_conn_id;
+    c->authed = srv->cfg.requirepass == NULL;
+    c->rev = event_new(srv->base, fd, EV_READ | EV_PERSIST, conn_read_cb, c);
+    c->wev = event_new(srv->base, fd, EV_WRITE | EV_PERSIST, conn_write_cb, c);
+    c->next = srv->conns;
+    if (srv->conns) srv->conns->prev = c;
+    srv->conns = c;
+    srv->nconns++;
+    srv->total_conns++;
+    set_reading(c, true);
+    return c;
+}
+
+void conn_close(struct conn *c) {
+    struct server *srv = c->srv;
+    for (struct req *r = c->head; r; r = r->next) {
+        r->c = NULL;
+        if (r->w) blocking_abandon(r->w);
+    }
+    c->head = c->tail = NULL;
+    if (c->prev) c->prev->next = c->next;
+    else srv->conns = c->next;
+    if (c->next) c->next->prev = c->prev;
+    srv->nconns--;
+    if (c->flushing) {
+        struct conn **pp = &srv->flush_list;
+        while (*pp && *pp != c) pp = &(*pp)->flush_next;
+        if (*pp) *pp = c->flush_next;
+    }
+    event_free(c->rev);
+    event_free(c->wev);
+    close(c->fd);
+    buf_free(&c->in);
+    buf_free(&c->out);
+    log_debug("client %llu closed", (unsigned long long)c->id);
+    dq_free(c);
+}
+
+/* --- the request queue -------------------------------------------------- */
+
+struct req *req_new(struct conn *c) {
+    struct req *r = xcalloc(1, sizeof *r);
+    r->c = c;
+    if (c->tail) c->tail->next = r;
+    else c->head = r;
+    c->tail = r;
+    c->inflight++;
+    return r;
+}
+
+struct buf *req_out(struct req *r) {
+    if (!r->c) {
+        buf_reset(&scratch, 1 << 16);
+        return &scratch;
+    }
+    return r == r->c->head ? &r->c->out : &r->reply;
+}
+
+static void req_free(struct req *r) {
+    buf_free(&r->reply);
+    dq_free(r);
+}
+
+void req_done(struct req *r) {
+    struct conn *c = r->c;
+    r->done = true;
+    if (!c) {
+        req_free(r);
+        return;
+    }
+    /* Release every finished reply at the head, in order. The head's reply
+     * was written to c->out directly. */
+    while (c->head && c->head->done) {
+        struct req *h = c->head;
+        c->head = h->next;
+        if (!c->head) c->tail = NULL;
+        c->inflight--;
+        req_free(h);
+        if (c->head && c->head->done && c->head->reply.len) {
+            buf_append(&c->out, c->head->reply.p, c->head->reply.len);
+            buf_free(&c->head->reply);
+        }
+    }
+    conn_schedule_flush(c);
+    if (c->inflight < MAX_INFLIGHT / 2 && buf_unread(&c->in)) c->resume = true;
+}
+
+struct buf *conn_reply(struct conn *c) {
+    if (!c->head) return &c->out;
+    c->imm = req_new(c);
+    return &c->imm->reply;
+}
+
+void conn_reply_done(struct conn *c) {
+    struct req *r = c->imm;
+    c->imm = NULL;
+    if (r) req_done(r);
+    else conn_schedule_flush(c);
+}
+
+/* --- input -------------------------------------------------------------- */
+
+static void protocol_error(struct conn *c, const char *msg) {
+    struct buf *b = conn_reply(c);
+    resp_error(b, "ERR", "Protocol error: %s", msg);
+    conn_reply_done(c);
+    c->closing = true;
+    set_reading(c, false);
+    log_debug("client %llu: protocol error: %s", (unsigned long long)c->id,
+              msg);
+}
+
+void conn_process_input(struct conn *c) {
+    struct server *srv = c->srv;
+    c->resume = false;
+    while (!c->closing && !c->paused && buf_unread(&c->in) > 0) {
+        if (c->inflight >= MAX_INFLIGHT) {
+            c->resume = true;
+            break;
+        }
+        size_t argc = 0;
+        const char *err = NULL;
+        ssize_t n = resp_parse(c->in.p + c->in.off, buf_unread(&c->in),
+                               &srv->limits, srv->argv, &argc, &err);
+        if (n == RESP_NEED) break;
+        if (n == RESP_BAD) {
+            protocol_error(c, err ? err : "malformed request");
+            break;
+        }
+        if (argc > 0) {
+            srv->total_cmds++;
+            cmd_dispatch(c, srv->argv, argc);
+        }
+        buf_consume(&c->in, (size_t)n);
+    }
+    set_reading(c, !c->closing && !srv->stopping &&
+                       buf_unread(&c->in) < IN_MAX);
+}
+
+static void conn_read_cb(evutil_socket_t fd, short what, void *arg) {
+    struct conn *c = arg;
+    char *p = buf_reserve(&c->in, READ_CHUNK);
+    ssize_t n = read(fd, p, c->in.cap - c->in.len);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+        conn_close(c);
+        return;
+    }
+    if (n < 0) return;
+    c->in.len += (size_t)n;
+    conn_process_input(c);
+}
+
+/* --- output ------------------------------------------------------------- */
+
+void conn_schedule_flush(struct conn *c) {
+    if (c->flushing) return;
+    struct server *srv = c->srv;
+    c->flushing = true;
+    c->flush_next = srv->flush_list;
+    srv->flush_list = c;
+    event_active(srv->flush_ev, 0, 0);
+}
+
+/* Writes what it can. Returns false if the connection was closed. */
+static bool conn_write(struct conn *c) {
+    while (buf_unread(&c->out) > 0) {
+        ssize_t n = write(c->fd, c->out.p + c->out.off, buf_unread(&c->out));
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            if (errno == EAGAIN) break;
+            conn_close(c);
+            return false;
+        }
+        buf_consume(&c->out, (size_t)n);
+    }
+    if (buf_unread(&c->out) == 0) {
+        buf_reset(&c->out, 1 << 16);
+        event_del(c->wev);
+        if (c->closing && !c->head) {
+            conn_close(c);
+            return false;
+        }
+    } else {
+        if (buf_unread(&c->out) > c->srv->cfg.max_output) {
+            log_warn("client %llu dropped: %zu reply bytes unread "
+                     "(--max-output %llu)",
+                     (unsigned long long)c->id, buf_unread(&c->out),
+                     (unsigned long long)c->srv->cfg.max_output);
+            conn_close(c);
+            return false;
+        }
+        event_add(c->wev, NULL);
+    }
+    return true;
+}
+
+static void conn_write_cb(evutil_socket_t fd, short what, void *arg) {
+    conn_write(arg);
+}
+
+void conn_flush_all(struct server *srv) {
+    /* Resumed input may add replies: loop until the list stays empty. */
+    while (srv->flush_list) {
+        struct conn *list = srv->flush_list;
+        srv->flush_list = NULL;
+        while (list) {
+            struct conn *c = list;
+            list = c->flush_next;
+            c->flushing = false;
+            if (c->resume && !c->paused) conn_process_input(c);
+            conn_write(c);
+        }
+    }
+}

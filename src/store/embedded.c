@@ -1,0 +1,530 @@
+/* embedded.c -- the embedded store: the engine on the server's loop.
+ *
+ * Every operation runs on the engine at once, in arrival order, so the
+ * engine always holds the newest state. Its completion is not called yet:
+ * the result is copied into the current batch, and the batch completes from
+ * the commit event, which runs at the end of the loop iteration (it is
+ * activated with no fd, so libevent queues it behind every I/O callback that
+ * was already active). That is where the log's group commit goes: one write
+ * (and with --fsync always one fdatasync) for every change of the iteration,
+ * then every reply of the iteration.
+ *
+ * Timed transitions (due times, lease ends) run from one timer armed at the
+ * engine's next expiry, so the loop sleeps exactly until then. A large burst
+ * is applied in budgeted steps with I/O served in between.
+ *
+ * Ready notifications from the engine are queued and handed to the server
+ * after the engine call returns, because the server answers them by calling
+ * reserve, which must not run inside the engine.
+ */
+#include <event2/event.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "engine/engine.h"
+#include "lib/buf.h"
+#include "lib/clock.h"
+#include "lib/log.h"
+#include "lib/xalloc.h"
+#include "store/store.h"
+
+#define ADVANCE_BUDGET 8192 /* jobs moved per timer callback */
+
+/* What a result's data is, so the batch can turn offsets into pointers. */
+enum pend_kind { PEND_NONE, PEND_ID, PEND_JOBS, PEND_STRS, PEND_STATS };
+
+struct pending {
+    dq_store_cb *cb;
+    void *pd;
+    int status;
+    const char *errmsg;
+    int64_t n;
+    uint64_t cursor;
+    enum pend_kind kind;
+    size_t off; /* of the data in the batch arena */
+    size_t cnt; /* bytes for PEND_ID, elements otherwise */
+};
+
+/* The completions of one loop iteration and the bytes their results need.
+ * Strings inside copied structs hold arena offsets until the batch fires. */
+struct batch {
+    struct pending *items;
+    size_t n, cap;
+    struct buf arena;
+};
+
+struct ready_note {
+    size_t off, len; /* topic name in ready_names */
+    int64_t hint;
+};
+
+struct dq_store {
+    struct dq_store_config cfg;
+    struct engine *eng;
+    struct event *commit_ev;
+    struct event *timer_ev;
+    int64_t timer_at; /* INT64_MAX when not armed */
+    struct batch cur;
+    /* ready notifications waiting for the engine call to return */
+    struct ready_note *notes;
+    size_t nnotes, notes_cap;
+    struct buf ready_names;
+    int in_engine;
+    /* ids for "*" */
+    int64_t id_ms;
+    uint64_t id_seq;
+    struct dq_job jobs[DQ_COUNT_MAX]; /* reserve's scratch */
+};
+
+static int64_t now_ms(struct dq_store *s) {
+    return s->cfg.clock ? s->cfg.clock(s->cfg.ud) : clock_ms();
+}
+
+/* --- the batch ---------------------------------------------------------- */
+
+static struct pending *pend_push(struct dq_store *s, dq_store_cb *cb,
+                                 void *pd, int status) {
+    struct batch *b = &s->cur;
+    if (b->n == b->cap) {
+        b->cap = b->cap ? b->cap * 2 : 64;
+        b->items = xrealloc(b->items, b->cap * sizeof *b->items);
+    }
+    struct pending *p = &b->items[b->n++];
+    memset(p, 0, sizeof *p);
+    p->cb = cb;
+    p->pd = pd;
+    p->status = status;
+    if (b->n == 1) event_active(s->commit_ev, 0, 0);
+    return p;
+}
+
+/* Copies n bytes into the arena, 8-aligned; returns their offset. */
+static size_t arena_put(struct buf *a, const void *p, size_t n) {
+    size_t pad = (8 - (a->len & 7)) & 7;
+    buf_reserve(a, pad + n);
+    a->len += pad;
+    size_t off = a->len;
+    buf_append(a, p, n);
+    return off;
+}
+
+/* Stores a string as an offset in a dq_str, to be fixed up at fire time. */
+static struct dq_str arena_str(struct buf *a, struct dq_str v) {
+    size_t off = arena_put(a, v.p, v.len);
+    return (struct dq_str){(const char *)(uintptr_t)off, v.len};
+}
+
+static void fixup_str(struct dq_str *v, const char *base) {
+    v->p = base + (uintptr_t)v->p;
+}
+
+static void pend_jobs(struct dq_store *s, struct pending *p,
+                      const struct dq_job *jobs, size_t n) {
+    struct buf *a = &s->cur.arena;
+    p->kind = PEND_JOBS;
+    p->cnt = n;
+    p->off = arena_put(a, jobs, n * sizeof *jobs);
+    for (size_t i = 0; i < n; i++) {
+        struct dq_job j = jobs[i];
+        j.topic = arena_str(a, jobs[i].topic);
+        j.id = arena_str(a, jobs[i].id);
+        j.body = arena_str(a, jobs[i].body);
+        memcpy(a->p + p->off + i * sizeof j, &j, sizeof j);
+    }
+}
+
+static void fire(struct pending *p, char *base) {
+    struct dq_result r = {
+        .status = p->status, .errmsg = p->errmsg, .n = p->n,
+        .cursor = p->cursor,
+    };
+    switch (p->kind) {
+    case PEND_NONE:
+        break;
+    case PEND_ID:
+        r.id = (struct dq_str){base + p->off, p->cnt};
+        break;
+    case PEND_JOBS: {
+        struct dq_job *jobs = (struct dq_job *)(base + p->off);
+        for (size_t i = 0; i < p->cnt; i++) {
+            fixup_str(&jobs[i].topic, base);
+            fixup_str(&jobs[i].id, base);
+            fixup_str(&jobs[i].body, base);
+        }
+        r.jobs = jobs;
+        r.njobs = p->cnt;
+        break;
+    }
+    case PEND_STRS: {
+        struct dq_str *strs = (struct dq_str *)(base + p->off);
+        for (size_t i = 0; i < p->cnt; i++) fixup_str(&strs[i], base);
+        r.strs = strs;
+        r.nstrs = p->cnt;
+        break;
+    }
+    case PEND_STATS:
+        r.stats = (const struct dq_stats *)(base + p->off);
+        break;
+    }
+    p->cb(p->pd, &r);
+}
+
+/* Writes the log for everything in the batch. Returns 0 on success. */
+static int commit_log(struct dq_store *s) {
+    (void)s;
+    return 0;
+}
+
+/* Completes the current batch. Callbacks may issue new operations: those go
+ * into a fresh batch, completed by the next commit event. */
+static void commit(struct dq_store *s) {
+    if (s->cur.n == 0) return;
+    commit_log(s);
+    struct batch b = s->cur;
+    memset(&s->cur, 0, sizeof s->cur);
+    for (size_t i = 0; i < b.n; i++) fire(&b.items[i], b.arena.p);
+    /* keep the larger buffers for the next batch if it is still empty */
+    if (s->cur.n == 0 && s->cur.cap == 0 && s->cur.arena.cap == 0) {
+        b.n = 0;
+        buf_reset(&b.arena, 1 << 20);
+        s->cur = b;
+    } else {
+        dq_free(b.items);
+        buf_free(&b.arena);
+    }
+}
+
+static void commit_cb(evutil_socket_t fd, short what, void *arg) {
+    commit(arg);
+}
+
+/* --- timing and ready notifications ------------------------------------- */
+
+static void flush_ready(struct dq_store *s) {
+    if (s->nnotes == 0 || s->in_engine || !s->cfg.on_ready) return;
+    /* Take the list: the server's reserve calls may queue new notes. */
+    struct ready_note *notes = s->notes;
+    size_t n = s->nnotes;
+    struct buf names = s->ready_names;
+    s->notes = NULL;
+    s->nnotes = s->notes_cap = 0;
+    memset(&s->ready_names, 0, sizeof s->ready_names);
+    for (size_t i = 0; i < n; i++) {
+        struct dq_str t = {names.p + notes[i].off, notes[i].len};
+        s->cfg.on_ready(s->cfg.ud, t, notes[i].hint);
+    }
+    dq_free(notes);
+    buf_free(&names);
+}
+
+static void on_engine_ready(void *ud, struct dq_str topic, uint64_t ready) {
+    struct dq_store *s = ud;
+    if (s->nnotes == s->notes_cap) {
+        s->notes_cap = s->notes_cap ? s->notes_cap * 2 : 16;
+        s->notes = xrealloc(s->notes, s->notes_cap * sizeof *s->notes);
+    }
+    struct ready_note *n = &s->notes[s->nnotes++];
+    n->off = s->ready_names.len;
+    n->len = topic.len;
+    n->hint = (int64_t)ready;
+    buf_append(&s->ready_names, topic.p, topic.len);
+}
+
+static void on_engine_expire(void *ud, const struct dq_job *job, bool dead) {
+    (void)ud;
+    (void)job;
+    (void)dead;
+}
+
+static void arm_timer(struct dq_store *s) {
+    int64_t next = engine_next_expiry(s->eng);
+    if (next == s->timer_at) return;
+    if (next == INT64_MAX) {
+        event_del(s->timer_ev);
+        s->timer_at = INT64_MAX;
+        return;
+    }
+    int64_t wait_us = next * 1000 - clock_us();
+    if (s->cfg.clock) wait_us = (next - now_ms(s)) * 1000;
+    if (wait_us < 0) wait_us = 0;
+    struct timeval tv = {wait_us / 1000000, wait_us % 1000000};
+    event_add(s->timer_ev, &tv);
+    s->timer_at = next;
+}
+
+static void timer_cb(evutil_socket_t fd, short what, void *arg) {
+    struct dq_store *s = arg;
+    s->timer_at = INT64_MAX;
+    s->in_engine = 1;
+    bool more = engine_advance(s->eng, now_ms(s), ADVANCE_BUDGET);
+    s->in_engine = 0;
+    flush_ready(s);
+    if (more) {
+        /* Serve I/O before the next step: a zero timeout queues us behind
+         * what the next poll finds. */
+        struct timeval tv = {0, 0};
+        event_add(s->timer_ev, &tv);
+        s->timer_at = INT64_MIN;
+    } else {
+        arm_timer(s);
+    }
+}
+
+/* After every engine call that changes state. */
+static void after_change(struct dq_store *s) {
+    s->in_engine = 0;
+    if (s->timer_at != INT64_MIN) arm_timer(s);
+    flush_ready(s);
+}
+
+/* --- open and close ----------------------------------------------------- */
+
+static void emb_close(struct dq_store *s) {
+    if (!s) return;
+    commit(s);
+    commit(s);
+    if (s->commit_ev) event_free(s->commit_ev);
+    if (s->timer_ev) event_free(s->timer_ev);
+    engine_free(s->eng);
+    dq_free(s->cur.items);
+    buf_free(&s->cur.arena);
+    dq_free(s->notes);
+    buf_free(&s->ready_names);
+    dq_free(s);
+}
+
+static int emb_open(struct dq_store **out, const struct dq_store_config *cfg,
+                    char *err, size_t errlen) {
+    struct dq_store *s = dq_calloc(1, sizeof *s);
+    if (!s) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    s->cfg = *cfg;
+    s->timer_at = INT64_MAX;
+    struct engine_config ec = {
+        .max_jobs = cfg->max_jobs,
+        .hooks = {.on_ready = on_engine_ready,
+                  .on_expire = on_engine_expire,
+                  .ud = s},
+    };
+    s->eng = engine_new(&ec, now_ms(s));
+    s->commit_ev = event_new(cfg->base, -1, 0, commit_cb, s);
+    s->timer_ev = evtimer_new(cfg->base, timer_cb, s);
+    if (!s->eng || !s->commit_ev || !s->timer_ev) {
+        snprintf(err, errlen, "out of memory");
+        emb_close(s);
+        return -1;
+    }
+    *out = s;
+    return 0;
+}
+
+/* --- operations --------------------------------------------------------- */
+
+static int engine_status(int rc) {
+    switch (rc) {
+    case ENGINE_EEXISTS: return DQ_EXISTS;
+    case ENGINE_EBUSY: return DQ_BUSY;
+    case ENGINE_ENOTRESERVED: return DQ_NOTRESERVED;
+    case ENGINE_EFULL: return DQ_FULL;
+    default: return DQ_NOMEM;
+    }
+}
+
+static void emb_add(struct dq_store *s, const struct dq_add *a,
+                    dq_store_cb *cb, void *pd) {
+    int64_t now = now_ms(s);
+    struct dq_add req = *a;
+    char idbuf[48];
+    bool gen = a->id.len == 1 && a->id.p[0] == '*';
+    int rc;
+    s->in_engine = 1;
+    for (int tries = 0;; tries++) {
+        if (gen) {
+            if (now > s->id_ms) {
+                s->id_ms = now;
+                s->id_seq = 0;
+            } else {
+                s->id_seq++;
+            }
+            int n = snprintf(idbuf, sizeof idbuf, "%" PRId64 "-%" PRIu64,
+                             s->id_ms, s->id_seq);
+            req.id = (struct dq_str){idbuf, (size_t)n};
+        }
+        rc = engine_add(s->eng, now, &req, NULL);
+        if (!(gen && rc == ENGINE_EEXISTS && tries < 1000)) break;
+    }
+    if (rc < 0) {
+        pend_push(s, cb, pd, engine_status(rc));
+    } else {
+        struct pending *p = pend_push(s, cb, pd, DQ_OK);
+        p->kind = PEND_ID;
+        p->cnt = req.id.len;
+        p->off = arena_put(&s->cur.arena, req.id.p, req.id.len);
+    }
+    after_change(s);
+}
+
+static void emb_del(struct dq_store *s, struct dq_str topic,
+                    const struct dq_str *ids, size_t nids, dq_store_cb *cb,
+                    void *pd) {
+    int64_t n = 0;
+    s->in_engine = 1;
+    for (size_t i = 0; i < nids; i++) n += engine_del(s->eng, topic, ids[i]);
+    pend_push(s, cb, pd, DQ_OK)->n = n;
+    after_change(s);
+}
+
+static void emb_get(struct dq_store *s, struct dq_str topic, struct dq_str id,
+                    dq_store_cb *cb, void *pd) {
+    struct dq_job j;
+    struct pending *p = pend_push(s, cb, pd, DQ_OK);
+    if (engine_get(s->eng, topic, id, &j)) pend_jobs(s, p, &j, 1);
+    else p->kind = PEND_JOBS; /* njobs = 0 */
+}
+
+static void emb_reserve(struct dq_store *s, const struct dq_str *topics,
+                        size_t ntopics, uint32_t count, dq_store_cb *cb,
+                        void *pd) {
+    if (count > DQ_COUNT_MAX) count = DQ_COUNT_MAX;
+    s->in_engine = 1;
+    int n = engine_reserve(s->eng, now_ms(s), topics, ntopics, count, s->jobs);
+    struct pending *p = pend_push(s, cb, pd, DQ_OK);
+    pend_jobs(s, p, s->jobs, n > 0 ? (size_t)n : 0);
+    after_change(s);
+}
+
+static void emb_ack(struct dq_store *s, struct dq_str topic,
+                    const struct dq_str *ids, size_t nids, dq_store_cb *cb,
+                    void *pd) {
+    int64_t n = 0;
+    s->in_engine = 1;
+    for (size_t i = 0; i < nids; i++) n += engine_ack(s->eng, topic, ids[i]);
+    pend_push(s, cb, pd, DQ_OK)->n = n;
+    after_change(s);
+}
+
+static void emb_nack(struct dq_store *s, struct dq_str topic, struct dq_str id,
+                     int64_t delay, dq_store_cb *cb, void *pd) {
+    s->in_engine = 1;
+    int rc = engine_nack(s->eng, now_ms(s), topic, id, delay);
+    if (rc < 0) pend_push(s, cb, pd, engine_status(rc));
+    else pend_push(s, cb, pd, DQ_OK)->n = rc;
+    after_change(s);
+}
+
+static void emb_touch(struct dq_store *s, struct dq_str topic,
+                      struct dq_str id, uint32_t ttr, dq_store_cb *cb,
+                      void *pd) {
+    int64_t deadline = 0;
+    s->in_engine = 1;
+    int rc = engine_touch(s->eng, now_ms(s), topic, id, ttr, &deadline);
+    if (rc < 0) pend_push(s, cb, pd, engine_status(rc));
+    else pend_push(s, cb, pd, DQ_OK)->n = deadline;
+    after_change(s);
+}
+
+static void emb_release(struct dq_store *s, struct dq_str topic,
+                        struct dq_str id, dq_store_cb *cb, void *pd) {
+    s->in_engine = 1;
+    int rc = engine_release(s->eng, topic, id);
+    pend_push(s, cb, pd, DQ_OK)->n = rc;
+    after_change(s);
+}
+
+static void emb_kick(struct dq_store *s, struct dq_str topic, uint64_t count,
+                     dq_store_cb *cb, void *pd) {
+    s->in_engine = 1;
+    int64_t n = engine_kick(s->eng, topic, count);
+    pend_push(s, cb, pd, DQ_OK)->n = n;
+    after_change(s);
+}
+
+struct strs_ctx {
+    struct dq_store *s;
+    struct buf list; /* struct dq_str with arena offsets */
+};
+
+static void collect_str(void *ud, struct dq_str v) {
+    struct strs_ctx *c = ud;
+    struct dq_str o = arena_str(&c->s->cur.arena, v);
+    buf_append(&c->list, &o, sizeof o);
+}
+
+static void pend_strs(struct dq_store *s, struct pending *p,
+                      struct strs_ctx *c) {
+    p->kind = PEND_STRS;
+    p->cnt = c->list.len / sizeof(struct dq_str);
+    p->off = arena_put(&s->cur.arena, c->list.p, c->list.len);
+    buf_free(&c->list);
+}
+
+static void emb_list(struct dq_store *s, struct dq_str topic, int state,
+                     uint32_t count, uint64_t cursor, dq_store_cb *cb,
+                     void *pd) {
+    struct pending *p = pend_push(s, cb, pd, DQ_OK);
+    struct strs_ctx c = {s, BUF_INIT};
+    size_t idx = (size_t)(p - s->cur.items);
+    uint64_t next =
+        engine_list(s->eng, topic, state, count, cursor, collect_str, &c);
+    p = &s->cur.items[idx];
+    p->cursor = next;
+    pend_strs(s, p, &c);
+}
+
+static void emb_purge(struct dq_store *s, struct dq_str topic,
+                      dq_store_cb *cb, void *pd) {
+    s->in_engine = 1;
+    int64_t n = engine_purge(s->eng, topic);
+    pend_push(s, cb, pd, DQ_OK)->n = n;
+    after_change(s);
+}
+
+static void emb_stats(struct dq_store *s, struct dq_str topic,
+                      dq_store_cb *cb, void *pd) {
+    struct dq_stats st;
+    engine_stats(s->eng, topic, &st);
+    struct pending *p = pend_push(s, cb, pd, DQ_OK);
+    p->kind = PEND_STATS;
+    p->off = arena_put(&s->cur.arena, &st, sizeof st);
+}
+
+static void emb_topics(struct dq_store *s, dq_store_cb *cb, void *pd) {
+    struct pending *p = pend_push(s, cb, pd, DQ_OK);
+    size_t idx = (size_t)(p - s->cur.items);
+    struct strs_ctx c = {s, BUF_INIT};
+    engine_topics(s->eng, collect_str, &c);
+    pend_strs(s, &s->cur.items[idx], &c);
+}
+
+static void emb_info(struct dq_store *s,
+                     void (*emit)(void *ud, const char *name,
+                                  const char *value),
+                     void *ud) {
+    char v[32];
+    emit(ud, "store", "embedded");
+    snprintf(v, sizeof v, "%" PRIu64, engine_count(s->eng));
+    emit(ud, "jobs", v);
+}
+
+const struct dq_store_ops dq_store_embedded = {
+    .name = "embedded",
+    .open = emb_open,
+    .close = emb_close,
+    .add = emb_add,
+    .del = emb_del,
+    .get = emb_get,
+    .reserve = emb_reserve,
+    .ack = emb_ack,
+    .nack = emb_nack,
+    .touch = emb_touch,
+    .release = emb_release,
+    .kick = emb_kick,
+    .list = emb_list,
+    .purge = emb_purge,
+    .stats = emb_stats,
+    .topics = emb_topics,
+    .info = emb_info,
+};

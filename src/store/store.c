@@ -1,0 +1,27 @@
+/* store.c -- what every store shares: status codes and the choice by URL. */
+#include <string.h>
+
+#include "store/store.h"
+
+const char *dq_status_code(int status) {
+    switch (status) {
+    case DQ_EXISTS: return "EXISTS";
+    case DQ_BUSY: return "BUSY";
+    case DQ_NOTRESERVED: return "NOTRESERVED";
+    case DQ_FULL: return "FULL";
+    case DQ_UNAVAILABLE: return "UNAVAILABLE";
+    case DQ_IOERR: return "IOERR";
+    default: return "ERR";
+    }
+}
+
+/* TODO(lead): drop the weak reference once store/redis.c lands. */
+extern const struct dq_store_ops dq_store_redis __attribute__((weak));
+
+const struct dq_store_ops *dq_store_for_url(const char *url) {
+    if (url == NULL || *url == '\0') return &dq_store_embedded;
+    if (strncmp(url, "redis://", 8) == 0 ||
+        strncmp(url, "redis-cluster://", 16) == 0)
+        return &dq_store_redis ? &dq_store_redis : NULL;
+    return NULL;
+}

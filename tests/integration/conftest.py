@@ -1,0 +1,662 @@
+"""Integration test harness: starts the real delayqd and talks RESP to it.
+
+Environment:
+  DELAYQD         the server binary (default build/asan/delayqd, relative to the repo root)
+  DELAYQ_STORES   comma-separated stores to run every server-using test against:
+                  "embedded" (default) and/or "redis" (a private redis-server is started
+                  once per session, every delayqd gets its own key prefix)
+  REDIS_SERVER    redis-server binary for the "redis" store (default /usr/bin/redis-server)
+  DELAYQ_TEST_TIMEOUT  per-test watchdog in seconds (default 60)
+
+Fixtures:
+  store        the store under test (parametrized); StoreSpec with .name and .url()
+  make_server  factory: make_server(*extra_flags, start=True) -> Server (stopped at teardown)
+  server       a running Server with default flags
+  r            redis.Redis on `server` (decode_responses=False)
+  clients      factory: clients(port=None, **kw) -> extra redis.Redis
+  raw          factory: raw(port=None, timeout=5) -> RespConn (a raw socket with a RESP reader)
+  c            one RespConn on `server`
+  canary       jobs added before a hostile action; canary.check() asserts they are intact
+
+Helpers importable with `from conftest import ...`: RespConn, RespError, Status, NIL_ARRAY,
+now_ms, wait_until, pairs, keys_of, encode_command, free_port, ConnectionClosed,
+assert_err, assert_between, GET_KEYS, STATS_KEYS.
+
+Every Server started here is stopped with SIGTERM at teardown; the test then fails (as a
+teardown error) unless delayqd exited 0 within 5 s and printed no sanitizer report.
+"""
+
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+import uuid
+
+import pytest
+import redis
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+DELAYQD = os.environ.get("DELAYQD") or os.path.join(REPO, "build", "asan", "delayqd")
+REDIS_SERVER = os.environ.get("REDIS_SERVER", "/usr/bin/redis-server")
+STORES = [s.strip() for s in os.environ.get("DELAYQ_STORES", "embedded").split(",") if s.strip()]
+TEST_TIMEOUT = int(os.environ.get("DELAYQ_TEST_TIMEOUT", "60"))
+
+SANITIZER_MARKERS = (
+    b"ERROR: AddressSanitizer",
+    b"ERROR: LeakSanitizer",
+    b"runtime error:",
+    b"ERROR: UndefinedBehaviorSanitizer",
+)
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "stores(*names): run this test only against the named stores")
+
+
+# --------------------------------------------------------------------------
+# small helpers
+
+def now_ms():
+    return int(time.time() * 1000)
+
+
+def wait_until(pred, timeout=2.0, interval=0.005):
+    """Polls pred() until it returns a truthy value (returned) or timeout (returns it falsy)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v or time.monotonic() >= deadline:
+            return v
+        time.sleep(interval)
+
+
+def free_port():
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def _b(x):
+    if isinstance(x, bytes):
+        return x
+    if isinstance(x, (bytearray, memoryview)):
+        return bytes(x)
+    if isinstance(x, str):
+        return x.encode()
+    if isinstance(x, (int, float)):
+        return str(x).encode()
+    raise TypeError(type(x))
+
+
+def encode_command(*args):
+    """A RESP multibulk request."""
+    out = [b"*%d\r\n" % len(args)]
+    for a in args:
+        a = _b(a)
+        out.append(b"$%d\r\n" % len(a))
+        out.append(a)
+        out.append(b"\r\n")
+    return b"".join(out)
+
+
+def pairs(flat):
+    """[k1, v1, k2, v2, ...] -> dict with str keys (order kept)."""
+    assert isinstance(flat, list) and len(flat) % 2 == 0, flat
+    d = {}
+    for i in range(0, len(flat), 2):
+        k = flat[i]
+        d[k.decode() if isinstance(k, bytes) else k] = flat[i + 1]
+    return d
+
+
+def keys_of(flat):
+    return [flat[i].decode() for i in range(0, len(flat), 2)]
+
+
+# GET and STATS field orders (notes/common.md)
+GET_KEYS = ["topic", "id", "state", "body", "due", "ttr", "retries", "attempts", "created"]
+STATS_KEYS = ["jobs_delayed", "jobs_ready", "jobs_reserved", "jobs_dead", "added", "reserved",
+              "acked", "nacked", "expired", "dead", "deleted", "kicked"]
+
+
+def assert_err(rep, code, *words):
+    """rep is an error reply with this code whose message mentions every word (case-insensitive)."""
+    assert isinstance(rep, RespError), "expected -%s, got %r" % (code, rep)
+    assert rep.code == code, "expected -%s, got %r" % (code, rep)
+    for w in words:
+        assert w.lower() in rep.msg.lower(), "error %r does not name %r" % (rep.line, w)
+
+
+def assert_between(v, lo, hi, slack=5):
+    assert isinstance(v, int), v
+    assert lo - slack <= v <= hi + slack, "%d not in [%d, %d] (+-%d)" % (v, lo, hi, slack)
+
+
+# --------------------------------------------------------------------------
+# raw RESP connection
+
+class Status(bytes):
+    """A RESP simple string (+OK): bytes, but distinguishable from a bulk string."""
+
+    def __repr__(self):
+        return "Status(%s)" % bytes.__repr__(self)
+
+
+class RespError:
+    """A RESP error reply. .line is the whole line, .code its first word, .msg the rest."""
+
+    def __init__(self, line):
+        self.line = line
+        code, _, msg = line.partition(" ")
+        self.code = code
+        self.msg = msg
+
+    def __repr__(self):
+        return "RespError(%r)" % self.line
+
+    def __eq__(self, other):
+        return isinstance(other, RespError) and other.line == self.line
+
+    __hash__ = None
+
+
+class _NilArray:
+    def __repr__(self):
+        return "NIL_ARRAY"
+
+    def __bool__(self):
+        return False
+
+
+NIL_ARRAY = _NilArray()  # *-1 (a nil bulk $-1 is None)
+
+
+class ConnectionClosed(Exception):
+    pass
+
+
+class RespConn:
+    """A raw TCP connection that sends bytes and parses RESP replies exactly.
+
+    Replies: Status for +, RespError for -, int for :, bytes for $, None for $-1,
+    list for *, NIL_ARRAY for *-1. Errors are returned, not raised.
+    """
+
+    def __init__(self, port, host="127.0.0.1", timeout=5.0):
+        self.sock = socket.create_connection((host, port), timeout=timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.timeout = timeout
+        self.buf = bytearray()
+        self.pos = 0
+        self.closed = False
+
+    # sending
+    def send_raw(self, data):
+        self.sock.sendall(_b(data))
+
+    def send(self, *args):
+        self.sock.sendall(encode_command(*args))
+
+    def call(self, *args):
+        self.send(*args)
+        return self.read()
+
+    def inline(self, line):
+        """Sends an inline command (line without terminator) and reads one reply."""
+        self.send_raw(_b(line) + b"\r\n")
+        return self.read()
+
+    # receiving
+    def _fill(self, timeout=None):
+        if self.pos > 65536 and self.pos > len(self.buf) // 2:
+            del self.buf[: self.pos]
+            self.pos = 0
+        self.sock.settimeout(self.timeout if timeout is None else timeout)
+        try:
+            chunk = self.sock.recv(1 << 20)
+        except ConnectionResetError:
+            self.closed = True
+            raise ConnectionClosed("connection reset")
+        if not chunk:
+            self.closed = True
+            raise ConnectionClosed("connection closed by server")
+        self.buf += chunk
+
+    def _line(self, timeout):
+        while True:
+            i = self.buf.find(b"\r\n", self.pos)
+            if i >= 0:
+                line = bytes(self.buf[self.pos: i])
+                self.pos = i + 2
+                return line
+            self._fill(timeout)
+
+    def _exact(self, n, timeout):
+        while len(self.buf) - self.pos < n + 2:
+            self._fill(timeout)
+        data = bytes(self.buf[self.pos: self.pos + n])
+        assert self.buf[self.pos + n: self.pos + n + 2] == b"\r\n", "bulk not followed by CRLF"
+        self.pos += n + 2
+        return data
+
+    def read(self, timeout=None):
+        line = self._line(timeout)
+        t, rest = line[:1], line[1:]
+        if t == b"+":
+            return Status(rest)
+        if t == b"-":
+            return RespError(rest.decode("utf-8", "replace"))
+        if t == b":":
+            return int(rest)
+        if t == b"$":
+            n = int(rest)
+            if n < 0:
+                return None
+            return self._exact(n, timeout)
+        if t == b"*":
+            n = int(rest)
+            if n < 0:
+                return NIL_ARRAY
+            return [self.read(timeout) for _ in range(n)]
+        raise AssertionError("not a RESP reply: %r" % line)
+
+    def pending(self, wait=0.05):
+        """True if reply bytes arrive within `wait` seconds (without consuming them)."""
+        if len(self.buf) > self.pos:
+            return True
+        try:
+            self._fill(wait)
+        except (socket.timeout, BlockingIOError):
+            return False
+        except ConnectionClosed:
+            return True
+        return True
+
+    def wait_closed(self, timeout=2.0):
+        """Reads and discards until the server closes the connection; True if it did."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            try:
+                self._fill(left)
+            except ConnectionClosed:
+                return True
+            except socket.timeout:
+                return False
+            except OSError:
+                return True
+
+    def read_all_until_closed(self, timeout=2.0):
+        """Replies received before the server closed; raises AssertionError if it did not close."""
+        out = []
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError("server did not close the connection; got %r" % out)
+            try:
+                out.append(self.read(left))
+            except ConnectionClosed:
+                return out
+            except socket.timeout:
+                raise AssertionError("server did not close the connection; got %r" % out)
+
+    def close(self):
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+        self.closed = True
+
+    def reset(self):
+        """Closes abruptly with a TCP RST."""
+        import struct
+        try:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        except OSError:
+            pass
+        self.close()
+
+
+# --------------------------------------------------------------------------
+# processes
+
+def _wait_ping(port, proc, timeout, what):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError("%s exited with %s during startup" % (what, proc.returncode))
+        try:
+            c = RespConn(port, timeout=1.0)
+            try:
+                rep = c.call("PING")
+            finally:
+                c.close()
+            if isinstance(rep, (Status, RespError, bytes)):
+                return
+        except (OSError, ConnectionClosed) as e:
+            last = e
+        time.sleep(0.01)
+    raise RuntimeError("%s did not answer PING on port %d within %.0fs (%s)" % (what, port, timeout, last))
+
+
+class RedisBackend:
+    """A private redis-server on a free loopback port (no persistence)."""
+
+    def __init__(self, workdir):
+        self.workdir = str(workdir)
+        os.makedirs(self.workdir, exist_ok=True)
+        self.port = None
+        self.proc = None
+
+    def start(self):
+        if not os.path.exists(REDIS_SERVER):
+            pytest.skip("redis-server not found at %s" % REDIS_SERVER)
+        for _ in range(5):
+            self.port = free_port()
+            log = open(os.path.join(self.workdir, "redis.log"), "ab")
+            self.proc = subprocess.Popen(
+                [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1",
+                 "--save", "", "--appendonly", "no", "--dir", self.workdir,
+                 "--protected-mode", "no"],
+                stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir)
+            log.close()
+            try:
+                _wait_ping(self.port, self.proc, 10, "redis-server")
+                return self
+            except RuntimeError:
+                self.stop()
+        raise RuntimeError("could not start redis-server")
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+class StoreSpec:
+    def __init__(self, name, backend=None):
+        self.name = name
+        self.backend = backend
+
+    def url(self):
+        """--store value for a new, independent server (None = embedded)."""
+        if self.name == "embedded":
+            return None
+        if self.name == "redis":
+            return "redis://127.0.0.1:%d/0?prefix=test-%s" % (self.backend.port, uuid.uuid4().hex[:12])
+        raise ValueError(self.name)
+
+    def __repr__(self):
+        return self.name
+
+
+class Server:
+    """One delayqd process. start()/stop(sig)/restart() keep port, data dir and flags."""
+
+    def __init__(self, workdir, store_url=None, extra=(), port=None):
+        self.workdir = str(workdir)
+        self.data_dir = os.path.join(self.workdir, "data")
+        os.makedirs(self.data_dir, exist_ok=True)
+        self.store_url = store_url
+        self.extra = [str(x) for x in extra]
+        self.port = port or free_port()
+        self.proc = None
+        self.log_path = os.path.join(self.workdir, "delayqd.log")
+        self.exit_codes = []
+
+    @property
+    def args(self):
+        a = [DELAYQD, "--bind", "127.0.0.1", "--port", str(self.port), "--data-dir", self.data_dir]
+        if self.store_url:
+            a += ["--store", self.store_url]
+        return a + self.extra
+
+    def start(self, timeout=15):
+        if not os.path.exists(DELAYQD):
+            pytest.skip("server binary not built: %s (set DELAYQD)" % DELAYQD)
+        env = dict(os.environ)
+        env.setdefault("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0:halt_on_error=1")
+        env.setdefault("UBSAN_OPTIONS", "print_stacktrace=1:halt_on_error=1")
+        deadline = time.monotonic() + timeout
+        while True:
+            log = open(self.log_path, "ab")
+            log.write(b"=== start %s\n" % " ".join(self.args).encode())
+            log.flush()
+            self.proc = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT,
+                                         cwd=self.workdir, env=env)
+            log.close()
+            try:
+                _wait_ping(self.port, self.proc, max(1.0, deadline - time.monotonic()), "delayqd")
+                return self
+            except RuntimeError as e:
+                # the port may still be held (TIME_WAIT without SO_REUSEADDR, or a racing
+                # process); retry until the deadline, then report with the log
+                if self.proc.poll() is None:
+                    self.proc.kill()
+                    self.proc.wait()
+                if time.monotonic() >= deadline:
+                    raise RuntimeError("%s\n--- log:\n%s" % (e, self.log()))
+                time.sleep(0.1)
+
+    def stop(self, sig=signal.SIGTERM, timeout=5.0):
+        """Sends sig and waits; returns the exit code (negative = killed by a signal).
+        Raises AssertionError if it did not exit in `timeout` (the process is then killed)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return None if self.proc is None else self.proc.returncode
+        self.proc.send_signal(sig)
+        try:
+            rc = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError("delayqd did not exit within %.1fs of signal %d" % (timeout, sig))
+        self.exit_codes.append(rc)
+        return rc
+
+    def kill(self):
+        return self.stop(signal.SIGKILL)
+
+    def restart(self, sig=signal.SIGTERM):
+        rc = self.stop(sig)
+        self.start()
+        return rc
+
+    @property
+    def running(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def log(self):
+        try:
+            with open(self.log_path, "rb") as f:
+                return f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def sanitizer_report(self):
+        try:
+            with open(self.log_path, "rb") as f:
+                data = f.read()
+        except OSError:
+            return None
+        for m in SANITIZER_MARKERS:
+            i = data.find(m)
+            if i >= 0:
+                return data[max(0, i - 200): i + 3000].decode("utf-8", "replace")
+        return None
+
+    def client(self, **kw):
+        kw.setdefault("socket_timeout", 10)
+        return redis.Redis(host="127.0.0.1", port=self.port, decode_responses=False, **kw)
+
+    def raw(self, timeout=5.0):
+        return RespConn(self.port, timeout=timeout)
+
+
+# --------------------------------------------------------------------------
+# fixtures
+
+@pytest.fixture(autouse=True)
+def _watchdog():
+    """Fails a test that hangs (no pytest-timeout here)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_alarm(signum, frame):
+        raise TimeoutError("test exceeded %d s (DELAYQ_TEST_TIMEOUT)" % TEST_TIMEOUT)
+
+    old = signal.signal(signal.SIGALRM, on_alarm)
+    signal.alarm(TEST_TIMEOUT)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+@pytest.fixture(scope="session")
+def redis_backend(tmp_path_factory):
+    b = RedisBackend(tmp_path_factory.mktemp("redis-backend")).start()
+    yield b
+    b.stop()
+
+
+@pytest.fixture(params=STORES)
+def store(request):
+    m = request.node.get_closest_marker("stores")
+    if m is not None and request.param not in m.args:
+        pytest.skip("test does not apply to the %s store" % request.param)
+    if request.param == "redis":
+        return StoreSpec("redis", request.getfixturevalue("redis_backend"))
+    return StoreSpec(request.param)
+
+
+@pytest.fixture
+def make_server(store, tmp_path):
+    """make_server(*extra_flags, start=True, store_url=<default: fresh>) -> Server."""
+    started = []
+
+    def factory(*extra, start=True, **kw):
+        url = kw.pop("store_url", store.url())
+        assert not kw, kw
+        s = Server(tmp_path / ("srv%d" % len(started)), store_url=url, extra=extra)
+        started.append(s)
+        if start:
+            s.start()
+        return s
+
+    yield factory
+    problems = []
+    for s in started:
+        if s.running:
+            try:
+                rc = s.stop(signal.SIGTERM, 5.0)
+                if rc != 0:
+                    problems.append("delayqd (port %d) exited %s on SIGTERM" % (s.port, rc))
+            except AssertionError as e:
+                problems.append(str(e))
+        rep = s.sanitizer_report()
+        if rep:
+            problems.append("sanitizer report from delayqd (port %d):\n%s" % (s.port, rep))
+    if problems:
+        pytest.fail("\n".join(problems), pytrace=False)
+
+
+@pytest.fixture
+def server(make_server):
+    return make_server()
+
+
+@pytest.fixture
+def r(server):
+    c = server.client()
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def clients(server):
+    made = []
+
+    def factory(port=None, **kw):
+        kw.setdefault("socket_timeout", 10)
+        c = redis.Redis(host="127.0.0.1", port=port or server.port, decode_responses=False, **kw)
+        made.append(c)
+        return c
+
+    yield factory
+    for c in made:
+        try:
+            c.close()
+        except Exception:
+            pass
+
+
+@pytest.fixture
+def raw(server):
+    made = []
+
+    def factory(port=None, timeout=5.0):
+        c = RespConn(port or server.port, timeout=timeout)
+        made.append(c)
+        return c
+
+    yield factory
+    for c in made:
+        c.close()
+
+
+@pytest.fixture
+def c(raw):
+    """A raw RESP connection to `server` (exact reply types, errors returned not raised)."""
+    return raw()
+
+
+class Canary:
+    """Jobs in every live state, added before something hostile; check() asserts they are intact."""
+
+    def __init__(self, server):
+        self.server = server
+        c = server.raw()
+        self.ready = c.call("ADD", "canary", "c-ready", b"ready\x00body\r\n")
+        self.delayed = c.call("ADD", "canary", "c-delayed", b"delayed body", "DELAY", 3600000)
+        c.call("ADD", "canary-r", "c-reserved", b"reserved body", "TTR", 600000)
+        got = c.call("RESERVE", "TIMEOUT", 0, "FROM", "canary-r")
+        assert isinstance(got, list) and got[0][1] == b"c-reserved", got
+        self.expected = {
+            ("canary", "c-ready"): (b"ready", b"ready\x00body\r\n"),
+            ("canary", "c-delayed"): (b"delayed", b"delayed body"),
+            ("canary-r", "c-reserved"): (b"reserved", b"reserved body"),
+        }
+        c.close()
+
+    def check(self):
+        assert self.server.running, "delayqd died:\n" + self.server.log()[-3000:]
+        c = self.server.raw()
+        try:
+            assert c.call("PING") == b"PONG"
+            for (topic, jid), (state, body) in self.expected.items():
+                g = c.call("GET", topic, jid)
+                assert isinstance(g, list), (topic, jid, g)
+                d = pairs(g)
+                assert (d["state"], d["body"]) == (state, body), (topic, jid, d)
+        finally:
+            c.close()
+
+
+@pytest.fixture
+def canary(server):
+    return Canary(server)
