@@ -4,7 +4,7 @@
 
 CC      ?= cc
 PYTHON  := /usr/bin/python3
-PKGS    := libevent hiredis
+PKGS    := libevent hiredis jansson
 WARN    := -Wall -Wextra -Werror -Wformat=2 -Wshadow -Wno-unused-parameter \
            -Wstrict-prototypes -Wmissing-prototypes
 CFLAGS  := -std=gnu11 -g -O2 $(WARN) -Isrc -D_GNU_SOURCE

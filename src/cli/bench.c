@@ -117,8 +117,11 @@ struct bench {
     /* lateness */
     struct event *tick;
     int64_t t0_ms, last_due_ms;
-    long long delivered, foreign, early, ack_short;
+    long long foreign, early, ack_short;
     struct bench_samples late;
+    uint64_t tick_last;           /* when the producer's 1 ms timer last fired */
+    uint64_t tick_lag_max;        /* the longest it fired late: our own stalls */
+    long long tick_lag_over1;     /* firings more than 1 ms late */
 };
 
 /* ---- small helpers -------------------------------------------------------- */
@@ -523,6 +526,15 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
     struct bench *b = arg;
     struct client *prod = &b->cl[0];
+    uint64_t now = bconn_now_ns();
+    if (b->tick_last) {
+        uint64_t lag = now - b->tick_last > 1000000 ? now - b->tick_last - 1000000 : 0;
+        if (lag > b->tick_lag_max)
+            b->tick_lag_max = lag;
+        if (lag > 1000000)
+            b->tick_lag_over1++;
+    }
+    b->tick_last = now;
     lateness_produce(prod);
     bconn_flush(prod->c);
     if (b->ph->issued >= b->ph->target && clock_ms() > b->last_due_ms + LATENESS_GRACE_MS)
@@ -682,6 +694,8 @@ static void print_text(struct bench *b)
             printf("  late > 1 ms %zu, > 5 ms %zu\n", bench_samples_above(&b->late, 1000),
                    bench_samples_above(&b->late, 5000));
         }
+        printf("  client      timer lag max %.3f ms, %lld ticks > 1 ms late (this process's own "
+               "stalls)\n", ms(b->tick_lag_max), b->tick_lag_over1);
         if (b->foreign)
             printf("  other jobs  %lld (not from this run; acked, not counted)\n", b->foreign);
         print_latency(ph);
@@ -757,6 +771,8 @@ static void print_json(struct bench *b)
         json_object_set_new(j, "over_1ms", json_integer((json_int_t)bench_samples_above(&b->late, 1000)));
         json_object_set_new(j, "over_5ms", json_integer((json_int_t)bench_samples_above(&b->late, 5000)));
         json_object_set_new(j, "foreign", json_integer(b->foreign));
+        json_object_set_new(j, "client_lag_max_ms", json_real(ms(b->tick_lag_max)));
+        json_object_set_new(j, "client_lag_over_1ms", json_integer(b->tick_lag_over1));
         json_object_set_new(j, "rate", json_real(o->rate));
         json_object_set_new(j, "delay_ms", json_integer(o->delay_ms));
         json_object_set_new(j, "count", json_integer(o->count));
@@ -968,7 +984,13 @@ int bench_main(const struct cli_target *t, int json, int argc, char **argv)
 
     struct bench *b = xcalloc(1, sizeof *b);
     b->o = &o;
-    b->base = event_base_new();
+    /* Precise timers (timerfd): the lateness producer ticks every 1 ms. */
+    struct event_config *cfg = event_config_new();
+    if (cfg) {
+        event_config_set_flag(cfg, EVENT_BASE_FLAG_PRECISE_TIMER);
+        b->base = event_base_new_with_config(cfg);
+        event_config_free(cfg);
+    }
     if (!b->base) {
         fprintf(stderr, "delayq bench: cannot create an event loop\n");
         free(b);

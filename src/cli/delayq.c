@@ -221,8 +221,6 @@ static const struct cmd_opt *find_opt(const struct cmd *cmd, const char *name,
     return NULL;
 }
 
-static void print_cmd_help(const struct cmd *cmd, FILE *f);
-
 /* Applies a global option (-h -p -a --json and long forms) at argv[*i];
  * returns true if it was one. `cmd` is only for error messages. */
 static bool global_opt(struct cli *c, const struct cmd *cmd, int argc,
@@ -417,9 +415,8 @@ static const char *type_name(int type) {
     }
 }
 
-/* Sends argv and waits for the reply; exits on an error reply. */
-static redisReply *send_argv(struct cli *c, struct cmdv *v);
-
+/* Connects (with a timeout for the connect only) and authenticates; exits
+ * on failure. */
 static void connect_server(struct cli *c) {
     struct timeval tv = {CONNECT_TIMEOUT_S, 0};
     c->ctx = redisConnectWithTimeout(c->t.host, c->t.port, tv);
@@ -451,6 +448,9 @@ static void connect_server(struct cli *c) {
     }
 }
 
+/* Sends argv and waits for the reply, connecting first if needed. Exits on
+ * a lost connection or an error reply (freeing v); the caller frees the
+ * reply. */
 static redisReply *send_argv(struct cli *c, struct cmdv *v) {
     if (!c->ctx) connect_server(c);
     redisReply *r = redisCommandArgv(c->ctx, v->n, v->argv, v->len);
@@ -674,8 +674,8 @@ static json_t *json_from_elem(const redisReply *e) {
     }
 }
 
-/* Checks a flat field/value array (GET, STATS) and returns the field name
- * of pair i as a C string in a static-free way (names are short ASCII). */
+/* Exits unless r is a flat field/value array (GET, STATS) whose field names
+ * are strings. */
 static void expect_pairs(struct cli *c, redisReply *r, const char *what) {
     expect(c, r, REDIS_REPLY_ARRAY, false, what);
     bool ok = r->elements % 2 == 0;
@@ -1155,7 +1155,7 @@ static const struct cmd commands[] = {
      2, 3, exec_add, "Add a job, due now, after a delay or at a time",
      "Prints the job's id. With BODY absent or '-', the body is read from stdin\n"
      "(binary-safe). An ID of '*' (quote it from the shell) makes the server\n"
-     "choose a time-ordered id.\n\n"
+     "choose a time-ordered id. Put -- before a BODY that starts with '-'.\n\n"
      "Examples:\n"
      "  delayq add orders o-1 --delay 30m 'cancel if unpaid'\n"
      "  delayq add reminders '*' --at 2026-11-22T09:30:00+08:00 < msg.json\n"
@@ -1220,7 +1220,8 @@ static const struct cmd commands[] = {
      {{0, NULL}}},
     {"bench", "[OPTIONS]", 0, -1, exec_bench,
      "Load generator: throughput, latency and lateness",
-     "Its options are described by 'delayq bench --help'.", true, {{0, NULL}}},
+     "Its options are described by 'delayq bench --help'; -h, -p, -a and\n"
+     "--json apply as for every command.", true, {{0, NULL}}},
     {"help", "[COMMAND]", 0, 1, exec_help, "Show help for all commands or one", NULL,
      false, {{0, NULL}}},
 };
@@ -1279,7 +1280,8 @@ static int exec_help(struct cli *c, const struct cmd *self, struct args *a) {
 }
 
 int main(int argc, char **argv) {
-    struct cli c = {.t = {DEFAULT_HOST, DEFAULT_PORT, getenv("DELAYQ_PASSWORD")}};
+    const char *pass = getenv("DELAYQ_PASSWORD");
+    struct cli c = {.t = {DEFAULT_HOST, DEFAULT_PORT, pass && *pass ? pass : NULL}};
     int i = 1;
     for (; i < argc && argv[i][0] == '-'; i++) {
         if (strcmp(argv[i], "--help") == 0) {
@@ -1300,10 +1302,17 @@ int main(int argc, char **argv) {
 
     struct args a;
     if (cmd->raw) {
+        /* Global options are ours wherever they are; the rest is passed on
+         * verbatim (everything after "--" included). */
         memset(&a, 0, sizeof a);
-        a.pos = argv + i;
-        a.npos = argc - i;
-        return cmd->exec(&c, cmd, &a);
+        a.pos = xcalloc((size_t)(argc - i) + 1, sizeof *a.pos);
+        for (bool rest = false; i < argc; i++) {
+            if (!rest && strcmp(argv[i], "--") == 0) rest = true;
+            if (rest || !global_opt(&c, cmd, argc, argv, &i)) a.pos[a.npos++] = argv[i];
+        }
+        int rc = cmd->exec(&c, cmd, &a);
+        args_free(&a);
+        return rc;
     }
     if (parse_args(&c, cmd, argc - i, argv + i, &a) == 1) {
         print_cmd_help(cmd, stdout);

@@ -38,7 +38,8 @@ struct resp_limits {
 /* Parses one request at buf[0..len).
  * Returns the bytes it took (> 0) and sets *argc (0 for an empty inline line
  * or "*0", which the caller skips), RESP_NEED, or RESP_BAD with *err set to a
- * static message naming what was wrong ("invalid bulk length", ...). argv must
+ * message naming what was wrong, valid until the next resp_parse() call on
+ * this thread ("invalid bulk length", ...). argv must
  * hold lim->max_args entries; a request with more is RESP_BAD. The argv
  * pointers point into buf. Inline arguments that contained quotes or escapes
  * are unescaped in place, so buf must be writable. */

@@ -271,8 +271,8 @@ void blocking_reserve(struct server *srv, struct req *r,
         w->topics[i] = (struct dq_str){w->names + off, topics[i].len};
         off += topics[i].len;
     }
+    r->w = w; /* so a client that goes away gets its jobs released */
     if (timeout_ms != 0) {
-        r->w = w;
         if (r->c) r->c->paused = true;
         enqueue(w);
         if (timeout_ms > 0) {

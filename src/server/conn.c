@@ -181,7 +181,7 @@ void conn_process_input(struct conn *c) {
         buf_consume(&c->in, (size_t)n);
     }
     set_reading(c, !c->closing && !srv->stopping &&
-                       buf_unread(&c->in) < IN_MAX);
+                       buf_unread(&c->in) < IN_MAX + srv->limits.max_bulk);
 }
 
 static void conn_read_cb(evutil_socket_t fd, short what, void *arg) {

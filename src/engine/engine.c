@@ -1,0 +1,694 @@
+/* engine.c -- the in-memory job engine (see engine.h).
+ *
+ * A job is one allocation: a 73-byte header, then the id bytes, then the
+ * body bytes. Its wheel node is the only pair of links it has: a delayed job
+ * sits in the timing wheel at its due time, a reserved one at its lease end,
+ * a ready one on its topic's ready FIFO and a dead one on its topic's dead
+ * list (never two at once). Its hash link chains it in its topic's id table.
+ *
+ * Ready order. Every transition to ready appends to the topic's FIFO
+ * (RELEASE pushes at its head), and engine_advance applies timed transitions
+ * in time order, equal times in the order they were scheduled (the wheel's
+ * stable ties). So a caller that advances to `now` before its other calls at
+ * `now` sees jobs handed out by the time they became ready, ties in the
+ * order they were added.
+ *
+ * `due` is the time the job was last scheduled for: set by ADD (and REPLACE)
+ * and by NACK, kept through reserve, lease end, release and KICK.
+ *
+ * A topic exists while it holds a job; its counters go with it, the global
+ * counters stay.
+ */
+#include <assert.h>
+#include <stddef.h>
+#include <string.h>
+
+#include "engine/engine.h"
+#include "lib/htab.h"
+#include "lib/wheel.h"
+#include "lib/xalloc.h"
+
+#define TIME_MAX ((INT64_C(1) << 48) - 1) /* due/created are 48-bit fields */
+#define ATTEMPTS_MAX 0xffff
+#define RETRIES_MAX 0xffff
+#define TTR_MAX ((UINT32_C(1) << 30) - 1)
+#define BODY_MAX ((size_t)INT32_MAX)
+#define TOPICS_SIZE 16 /* initial buckets of the topic table */
+#define JOBS_SIZE 4    /* initial buckets of a topic's id table */
+
+struct topic;
+
+struct job {
+    struct wheel_node node; /* wheel (delayed, reserved) or a topic list */
+    struct hnode hnode;     /* the topic's id table */
+    struct topic *topic;
+    uint64_t due : 48, attempts : 16;
+    uint64_t created : 48, retries : 16;
+    uint32_t ttr : 30, state : 2;
+    uint32_t body_len : 31, backoff_fixed : 1;
+    uint32_t backoff_base, backoff_max;
+    uint8_t id_len1; /* id length - 1 (ids are 1..256 bytes) */
+    char data[];     /* id, then body */
+};
+
+_Static_assert(offsetof(struct job, data) <= 74, "job header too large");
+_Static_assert(DQ_TTR_MAX <= TTR_MAX, "ttr field too narrow");
+_Static_assert(DQ_RETRIES_MAX <= RETRIES_MAX, "retries field too narrow");
+_Static_assert(DQ_ID_MAX <= 256, "id length field too narrow");
+_Static_assert(DQ_TOPIC_MAX <= 255, "topic length field too narrow");
+
+struct topic {
+    struct hnode hnode; /* the engine's topic table */
+    uint64_t hash;
+    struct htab jobs;   /* id -> job */
+    struct wheel_node ready, dead; /* list heads */
+    struct dq_stats st;
+    struct topic *touched_next; /* engine_advance: topics that gained ready */
+    bool touched;
+    uint8_t name_len;
+    char name[];
+};
+
+struct engine {
+    uint64_t max_jobs;
+    struct engine_hooks hooks;
+    struct dq_stats st; /* global counters and jobs per state */
+    uint64_t count;
+    struct htab topics;
+    struct topic *last; /* the topic found last (most calls repeat it) */
+    struct wheel wheel;
+};
+
+/* --- small helpers ---------------------------------------------------------- */
+
+static struct job *job_of(struct wheel_node *n) {
+    return (struct job *)((char *)n - offsetof(struct job, node));
+}
+
+static struct job *job_of_h(const struct hnode *n) {
+    return (struct job *)((char *)n - offsetof(struct job, hnode));
+}
+
+static struct topic *topic_of_h(const struct hnode *n) {
+    return (struct topic *)((char *)n - offsetof(struct topic, hnode));
+}
+
+static size_t id_len(const struct job *j) { return (size_t)j->id_len1 + 1; }
+
+static struct dq_str job_id(const struct job *j) {
+    return (struct dq_str){j->data, id_len(j)};
+}
+
+static struct dq_str topic_name(const struct topic *t) {
+    return (struct dq_str){t->name, t->name_len};
+}
+
+static int64_t clamp_time(int64_t t) {
+    if (t < 0) return 0;
+    if (t > TIME_MAX) return TIME_MAX;
+    return t;
+}
+
+/* now + d, saturating. */
+static int64_t add_ms(int64_t now, int64_t d) {
+    if (d < 0) d = 0;
+    if (now > TIME_MAX - d) return TIME_MAX;
+    return clamp_time(now + d);
+}
+
+static void list_init(struct wheel_node *h) { h->next = h->prev = h; }
+
+static bool list_empty(const struct wheel_node *h) { return h->next == h; }
+
+static void list_append(struct wheel_node *h, struct wheel_node *n) {
+    n->next = h;
+    n->prev = h->prev;
+    h->prev->next = n;
+    h->prev = n;
+}
+
+static void list_push(struct wheel_node *h, struct wheel_node *n) {
+    n->prev = h;
+    n->next = h->next;
+    h->next->prev = n;
+    h->next = n;
+}
+
+static void list_unlink(struct wheel_node *n) {
+    n->prev->next = n->next;
+    n->next->prev = n->prev;
+}
+
+static void view(const struct job *j, struct dq_job *out) {
+    out->topic = topic_name(j->topic);
+    out->id = job_id(j);
+    out->body = (struct dq_str){j->data + id_len(j), j->body_len};
+    out->state = (enum dq_state)j->state;
+    out->due = (int64_t)j->due;
+    out->created = (int64_t)j->created;
+    out->deadline = j->state == DQ_RESERVED ? j->node.when : 0;
+    out->ttr = j->ttr;
+    out->retries = (uint32_t)j->retries;
+    out->attempts = (uint32_t)j->attempts;
+    out->backoff.kind = j->backoff_fixed ? DQ_BACKOFF_FIXED : DQ_BACKOFF_EXP;
+    out->backoff.base = j->backoff_base;
+    out->backoff.max = j->backoff_max;
+}
+
+/* --- topics ----------------------------------------------------------------- */
+
+static uint64_t topic_rehash(const struct hnode *n) {
+    return topic_of_h(n)->hash;
+}
+
+static uint64_t job_rehash(const struct hnode *n) {
+    const struct job *j = job_of_h(n);
+    return htab_hash_bytes(j->data, id_len(j));
+}
+
+static bool topic_is(const struct topic *t, struct dq_str name) {
+    return t->name_len == name.len && memcmp(t->name, name.p, name.len) == 0;
+}
+
+static struct topic *topic_lookup(const struct engine *e, struct dq_str name) {
+    if (e->last && topic_is(e->last, name)) return e->last;
+    uint64_t h = htab_hash_bytes(name.p, name.len);
+    for (struct hnode *n = htab_bucket(&e->topics, h); n; n = n->next) {
+        struct topic *t = topic_of_h(n);
+        if (t->hash == h && topic_is(t, name)) return t;
+    }
+    return NULL;
+}
+
+static struct topic *topic_get(struct engine *e, struct dq_str name) {
+    struct topic *t = topic_lookup(e, name);
+    if (t) e->last = t;
+    return t;
+}
+
+static struct topic *topic_create(struct engine *e, struct dq_str name) {
+    assert(name.len >= 1 && name.len <= 255);
+    struct topic *t = dq_malloc(offsetof(struct topic, name) + name.len);
+    if (!t) return NULL;
+    memset(t, 0, offsetof(struct topic, name));
+    if (htab_init(&t->jobs, JOBS_SIZE, job_rehash) < 0) {
+        dq_free(t);
+        return NULL;
+    }
+    t->hash = htab_hash_bytes(name.p, name.len);
+    list_init(&t->ready);
+    list_init(&t->dead);
+    t->name_len = (uint8_t)name.len;
+    memcpy(t->name, name.p, name.len);
+    htab_insert(&e->topics, &t->hnode, t->hash);
+    e->last = t;
+    return t;
+}
+
+/* Frees t, whose jobs are already gone. */
+static void topic_free(struct engine *e, struct topic *t) {
+    htab_remove(&e->topics, &t->hnode, t->hash);
+    htab_destroy(&t->jobs);
+    if (e->last == t) e->last = NULL;
+    dq_free(t);
+}
+
+static void topic_free_if_empty(struct engine *e, struct topic *t) {
+    if (htab_count(&t->jobs) == 0) topic_free(e, t);
+}
+
+static void notify_ready(struct engine *e, struct topic *t) {
+    if (e->hooks.on_ready)
+        e->hooks.on_ready(e->hooks.ud, topic_name(t), t->st.jobs[DQ_READY]);
+}
+
+/* --- jobs ------------------------------------------------------------------- */
+
+static struct job *job_find(const struct topic *t, struct dq_str id,
+                            uint64_t h) {
+    for (struct hnode *n = htab_bucket(&t->jobs, h); n; n = n->next) {
+        struct job *j = job_of_h(n);
+        if (id_len(j) == id.len && memcmp(j->data, id.p, id.len) == 0)
+            return j;
+    }
+    return NULL;
+}
+
+/* The job topic/id, or NULL; *tp receives its topic. */
+static struct job *find(struct engine *e, struct dq_str topic, struct dq_str id,
+                        struct topic **tp, uint64_t *hp) {
+    struct topic *t = topic_get(e, topic);
+    if (!t) return NULL;
+    uint64_t h = htab_hash_bytes(id.p, id.len);
+    if (tp) *tp = t;
+    if (hp) *hp = h;
+    return job_find(t, id, h);
+}
+
+/* Links j where `state` keeps it (appending to lists) and counts it. */
+static void place(struct engine *e, struct job *j, int state, int64_t when) {
+    j->state = (uint32_t)state;
+    switch (state) {
+    case DQ_DELAYED:
+    case DQ_RESERVED:
+        j->node.when = when;
+        wheel_add(&e->wheel, &j->node);
+        break;
+    case DQ_READY:
+        list_append(&j->topic->ready, &j->node);
+        break;
+    default:
+        list_append(&j->topic->dead, &j->node);
+        break;
+    }
+    j->topic->st.jobs[state]++;
+    e->st.jobs[state]++;
+}
+
+/* Unlinks j from its wheel slot or list and uncounts it. */
+static void unplace(struct engine *e, struct job *j) {
+    if (j->state == DQ_DELAYED || j->state == DQ_RESERVED)
+        wheel_del(&e->wheel, &j->node);
+    else
+        list_unlink(&j->node);
+    j->topic->st.jobs[j->state]--;
+    e->st.jobs[j->state]--;
+}
+
+static struct job *job_alloc(struct topic *t, struct dq_str id,
+                             struct dq_str body) {
+    assert(id.len >= 1 && id.len <= DQ_ID_MAX);
+    struct job *j = dq_malloc(offsetof(struct job, data) + id.len + body.len);
+    if (!j) return NULL;
+    j->topic = t;
+    j->id_len1 = (uint8_t)(id.len - 1);
+    j->body_len = (uint32_t)body.len;
+    memcpy(j->data, id.p, id.len);
+    if (body.len) memcpy(j->data + id.len, body.p, body.len);
+    return j;
+}
+
+static void job_options(struct job *j, int64_t due, int64_t created,
+                        uint32_t ttr, uint32_t retries, uint32_t attempts,
+                        const struct dq_backoff *b) {
+    j->due = (uint64_t)clamp_time(due);
+    j->created = (uint64_t)clamp_time(created);
+    j->ttr = ttr > TTR_MAX ? TTR_MAX : ttr;
+    j->retries = retries > RETRIES_MAX ? RETRIES_MAX : retries;
+    j->attempts = attempts > ATTEMPTS_MAX ? ATTEMPTS_MAX : attempts;
+    j->backoff_fixed = b->kind == DQ_BACKOFF_FIXED;
+    j->backoff_base = b->base;
+    j->backoff_max = b->max;
+}
+
+/* Unlinks and frees j (not its topic). h is the hash of its id. */
+static void job_remove(struct engine *e, struct job *j, uint64_t h) {
+    unplace(e, j);
+    htab_remove(&j->topic->jobs, &j->hnode, h);
+    e->count--;
+    dq_free(j);
+}
+
+/* --- API -------------------------------------------------------------------- */
+
+struct engine *engine_new(const struct engine_config *cfg, int64_t now) {
+    struct engine *e = dq_calloc(1, sizeof *e);
+    if (!e) return NULL;
+    if (cfg) {
+        e->max_jobs = cfg->max_jobs;
+        e->hooks = cfg->hooks;
+    }
+    if (htab_init(&e->topics, TOPICS_SIZE, topic_rehash) < 0) {
+        dq_free(e);
+        return NULL;
+    }
+    wheel_init(&e->wheel, now);
+    return e;
+}
+
+static void free_job_cb(void *ud, struct hnode *n) { dq_free(job_of_h(n)); }
+
+static void free_topic_cb(void *ud, struct hnode *n) {
+    struct topic *t = topic_of_h(n);
+    htab_foreach(&t->jobs, free_job_cb, NULL);
+    htab_destroy(&t->jobs);
+    dq_free(t);
+}
+
+void engine_free(struct engine *e) {
+    if (!e) return;
+    htab_foreach(&e->topics, free_topic_cb, NULL);
+    htab_destroy(&e->topics);
+    dq_free(e);
+}
+
+int engine_add(struct engine *e, int64_t now, const struct dq_add *a,
+               struct dq_job *out) {
+    if (a->body.len > BODY_MAX) return ENGINE_ENOMEM;
+    struct topic *t = topic_get(e, a->topic);
+    uint64_t h = htab_hash_bytes(a->id.p, a->id.len);
+    struct job *old = t ? job_find(t, a->id, h) : NULL;
+    if (old) {
+        if (!a->replace) return ENGINE_EEXISTS;
+        if (old->state == DQ_RESERVED) return ENGINE_EBUSY;
+    } else if (e->max_jobs && e->count >= e->max_jobs) {
+        return ENGINE_EFULL;
+    }
+    bool created = false;
+    if (!t) {
+        if (!(t = topic_create(e, a->topic))) return ENGINE_ENOMEM;
+        created = true;
+    }
+    struct job *j = job_alloc(t, a->id, a->body);
+    if (!j) {
+        if (created) topic_free(e, t);
+        return ENGINE_ENOMEM;
+    }
+    job_options(j, a->due, now, a->ttr, a->retries, 0, &a->backoff);
+    if (old) job_remove(e, old, h);
+    htab_insert(&t->jobs, &j->hnode, h);
+    e->count++;
+    int state = (int64_t)j->due <= now ? DQ_READY : DQ_DELAYED;
+    place(e, j, state, (int64_t)j->due);
+    t->st.added++;
+    e->st.added++;
+    if (out) view(j, out);
+    if (state == DQ_READY) notify_ready(e, t);
+    return state;
+}
+
+/* DEL and ACK. */
+static int drop(struct engine *e, struct dq_str topic, struct dq_str id,
+                bool ack) {
+    struct topic *t;
+    uint64_t h;
+    struct job *j = find(e, topic, id, &t, &h);
+    if (!j) return 0;
+    job_remove(e, j, h);
+    if (ack) {
+        t->st.acked++;
+        e->st.acked++;
+    } else {
+        t->st.deleted++;
+        e->st.deleted++;
+    }
+    topic_free_if_empty(e, t);
+    return 1;
+}
+
+int engine_del(struct engine *e, struct dq_str topic, struct dq_str id) {
+    return drop(e, topic, id, false);
+}
+
+int engine_ack(struct engine *e, struct dq_str topic, struct dq_str id) {
+    return drop(e, topic, id, true);
+}
+
+int engine_get(const struct engine *e, struct dq_str topic, struct dq_str id,
+               struct dq_job *out) {
+    const struct topic *t = topic_lookup(e, topic);
+    if (!t) return 0;
+    const struct job *j = job_find(t, id, htab_hash_bytes(id.p, id.len));
+    if (!j) return 0;
+    if (out) view(j, out);
+    return 1;
+}
+
+int engine_reserve(struct engine *e, int64_t now, const struct dq_str *topics,
+                   size_t ntopics, uint32_t count, struct dq_job *out) {
+    uint32_t n = 0;
+    for (size_t i = 0; i < ntopics && n < count; i++) {
+        struct topic *t = topic_get(e, topics[i]);
+        if (!t) continue;
+        while (n < count && !list_empty(&t->ready)) {
+            struct job *j = job_of(t->ready.next);
+            unplace(e, j);
+            if (j->attempts < ATTEMPTS_MAX) j->attempts++;
+            place(e, j, DQ_RESERVED, add_ms(now, j->ttr));
+            t->st.reserved++;
+            e->st.reserved++;
+            view(j, &out[n++]);
+        }
+    }
+    return (int)n;
+}
+
+int engine_nack(struct engine *e, int64_t now, struct dq_str topic,
+                struct dq_str id, int64_t delay) {
+    struct topic *t;
+    struct job *j = find(e, topic, id, &t, NULL);
+    if (!j || j->state != DQ_RESERVED) return ENGINE_ENOTRESERVED;
+    unplace(e, j);
+    t->st.nacked++;
+    e->st.nacked++;
+    if (j->attempts > j->retries) {
+        place(e, j, DQ_DEAD, 0);
+        t->st.dead++;
+        e->st.dead++;
+        return DQ_DEAD;
+    }
+    if (delay < 0) {
+        struct dq_backoff b = {
+            .kind = j->backoff_fixed ? DQ_BACKOFF_FIXED : DQ_BACKOFF_EXP,
+            .base = j->backoff_base,
+            .max = j->backoff_max,
+        };
+        delay = dq_backoff_delay(&b, (uint32_t)j->attempts);
+    }
+    int64_t due = add_ms(now, delay);
+    j->due = (uint64_t)due;
+    if (due <= now) {
+        place(e, j, DQ_READY, 0);
+        notify_ready(e, t);
+        return DQ_READY;
+    }
+    place(e, j, DQ_DELAYED, due);
+    return DQ_DELAYED;
+}
+
+int engine_touch(struct engine *e, int64_t now, struct dq_str topic,
+                 struct dq_str id, uint32_t ttr, int64_t *deadline) {
+    struct job *j = find(e, topic, id, NULL, NULL);
+    if (!j || j->state != DQ_RESERVED) return ENGINE_ENOTRESERVED;
+    int64_t d = add_ms(now, ttr ? ttr : j->ttr);
+    wheel_del(&e->wheel, &j->node);
+    j->node.when = d;
+    wheel_add(&e->wheel, &j->node);
+    if (deadline) *deadline = d;
+    return 0;
+}
+
+int engine_release(struct engine *e, struct dq_str topic, struct dq_str id) {
+    struct topic *t;
+    struct job *j = find(e, topic, id, &t, NULL);
+    if (!j || j->state != DQ_RESERVED) return 0;
+    unplace(e, j);
+    if (j->attempts > 0) j->attempts--;
+    j->state = DQ_READY;
+    list_push(&t->ready, &j->node);
+    t->st.jobs[DQ_READY]++;
+    e->st.jobs[DQ_READY]++;
+    notify_ready(e, t);
+    return 1;
+}
+
+int64_t engine_kick(struct engine *e, struct dq_str topic, uint64_t count) {
+    struct topic *t = topic_get(e, topic);
+    if (!t) return 0;
+    int64_t n = 0;
+    while ((count == 0 || (uint64_t)n < count) && !list_empty(&t->dead)) {
+        struct job *j = job_of(t->dead.next);
+        unplace(e, j);
+        j->attempts = 0;
+        place(e, j, DQ_READY, 0);
+        n++;
+    }
+    t->st.kicked += (uint64_t)n;
+    e->st.kicked += (uint64_t)n;
+    if (n) notify_ready(e, t);
+    return n;
+}
+
+static void purge_cb(void *ud, struct hnode *n) {
+    struct job *j = job_of_h(n);
+    unplace(ud, j);
+    dq_free(j);
+}
+
+int64_t engine_purge(struct engine *e, struct dq_str topic) {
+    struct topic *t = topic_get(e, topic);
+    if (!t) return 0;
+    uint64_t n = htab_count(&t->jobs);
+    htab_foreach(&t->jobs, purge_cb, e);
+    e->count -= n;
+    e->st.deleted += n;
+    topic_free(e, t);
+    return (int64_t)n;
+}
+
+struct list_ctx {
+    int state;
+    void (*fn)(void *ud, struct dq_str id);
+    void *ud;
+};
+
+static void list_cb(void *ud, const struct hnode *n) {
+    const struct list_ctx *c = ud;
+    const struct job *j = job_of_h(n);
+    if ((int)j->state == c->state) c->fn(c->ud, job_id(j));
+}
+
+uint64_t engine_list(const struct engine *e, struct dq_str topic, int state,
+                     uint32_t count, uint64_t cursor,
+                     void (*fn)(void *ud, struct dq_str id), void *ud) {
+    const struct topic *t = topic_lookup(e, topic);
+    if (!t) return 0;
+    struct list_ctx c = {state, fn, ud};
+    return htab_scan(&t->jobs, cursor, count, list_cb, &c);
+}
+
+void engine_stats(const struct engine *e, struct dq_str topic,
+                  struct dq_stats *out) {
+    if (topic.len == 0) {
+        *out = e->st;
+        return;
+    }
+    const struct topic *t = topic_lookup(e, topic);
+    if (t)
+        *out = t->st;
+    else
+        memset(out, 0, sizeof *out);
+}
+
+struct topics_ctx {
+    void (*fn)(void *ud, struct dq_str topic);
+    void *ud;
+};
+
+static void topics_cb(void *ud, struct hnode *n) {
+    const struct topics_ctx *c = ud;
+    c->fn(c->ud, topic_name(topic_of_h(n)));
+}
+
+void engine_topics(const struct engine *e,
+                   void (*fn)(void *ud, struct dq_str topic), void *ud) {
+    struct topics_ctx c = {fn, ud};
+    htab_foreach(&e->topics, topics_cb, &c);
+}
+
+uint64_t engine_count(const struct engine *e) { return e->count; }
+
+int64_t engine_next_expiry(const struct engine *e) {
+    return wheel_next(&e->wheel);
+}
+
+bool engine_advance(struct engine *e, int64_t now, uint32_t budget) {
+    /* Cascading timers down the wheel is cheaper than a transition; allow a
+     * few per job, and enough that small batches never stop on it. */
+    uint32_t work = budget >= (UINT32_MAX - 1024) / 4 ? UINT32_MAX
+                                                      : budget * 4 + 1024;
+    struct topic *touched = NULL;
+    uint32_t n = 0;
+    bool more = false;
+    for (;;) {
+        struct wheel_node *node;
+        int r = wheel_due(&e->wheel, now, &work, &node);
+        if (r == WHEEL_IDLE) break;
+        if (r == WHEEL_AGAIN || n == budget) {
+            more = true;
+            break;
+        }
+        n++;
+        struct job *j = job_of(node);
+        struct topic *t = j->topic;
+        bool lease = j->state == DQ_RESERVED;
+        unplace(e, j);
+        bool dead = lease && j->attempts > j->retries;
+        place(e, j, dead ? DQ_DEAD : DQ_READY, 0);
+        if (lease) {
+            t->st.expired++;
+            e->st.expired++;
+            if (dead) {
+                t->st.dead++;
+                e->st.dead++;
+            }
+        }
+        if (!dead && !t->touched) {
+            t->touched = true;
+            t->touched_next = touched;
+            touched = t;
+        }
+        if (lease && e->hooks.on_expire) {
+            struct dq_job v;
+            view(j, &v);
+            e->hooks.on_expire(e->hooks.ud, &v, dead);
+        }
+    }
+    while (touched) {
+        struct topic *t = touched;
+        touched = t->touched_next;
+        t->touched = false;
+        t->touched_next = NULL;
+        notify_ready(e, t);
+    }
+    return more;
+}
+
+int engine_restore(struct engine *e, int64_t now, const struct dq_job *src) {
+    assert(src->state >= DQ_DELAYED && src->state <= DQ_DEAD);
+    if (src->body.len > BODY_MAX) return ENGINE_ENOMEM;
+    struct topic *t = topic_get(e, src->topic);
+    uint64_t h = htab_hash_bytes(src->id.p, src->id.len);
+    if (t && job_find(t, src->id, h)) return ENGINE_EEXISTS;
+    bool created = false;
+    if (!t) {
+        if (!(t = topic_create(e, src->topic))) return ENGINE_ENOMEM;
+        created = true;
+    }
+    struct job *j = job_alloc(t, src->id, src->body);
+    if (!j) {
+        if (created) topic_free(e, t);
+        return ENGINE_ENOMEM;
+    }
+    job_options(j, src->due, src->created, src->ttr, src->retries,
+                src->attempts, &src->backoff);
+    htab_insert(&t->jobs, &j->hnode, h);
+    e->count++;
+    int64_t when = src->state == DQ_RESERVED ? clamp_time(src->deadline)
+                                             : (int64_t)j->due;
+    place(e, j, src->state, when);
+    return 0;
+}
+
+struct foreach_ctx {
+    void (*fn)(void *ud, const struct dq_job *j);
+    void *ud;
+};
+
+static void foreach_job_cb(void *ud, struct hnode *n) {
+    const struct foreach_ctx *c = ud;
+    struct dq_job v;
+    view(job_of_h(n), &v);
+    c->fn(c->ud, &v);
+}
+
+static void foreach_topic_cb(void *ud, struct hnode *n) {
+    htab_foreach(&topic_of_h(n)->jobs, foreach_job_cb, ud);
+}
+
+void engine_foreach(const struct engine *e,
+                    void (*fn)(void *ud, const struct dq_job *j), void *ud) {
+    struct foreach_ctx c = {fn, ud};
+    htab_foreach(&e->topics, foreach_topic_cb, &c);
+}
+
+void engine_set_counters(struct engine *e, const struct dq_stats *totals) {
+    e->st.added = totals->added;
+    e->st.reserved = totals->reserved;
+    e->st.acked = totals->acked;
+    e->st.nacked = totals->nacked;
+    e->st.expired = totals->expired;
+    e->st.dead = totals->dead;
+    e->st.deleted = totals->deleted;
+    e->st.kicked = totals->kicked;
+}
