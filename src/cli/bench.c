@@ -56,9 +56,14 @@ struct bench;
 struct mode {
     const char *name;
     enum bconn_proto proto;
+    enum kind produce; /* the request that adds a job: K_ADD, K_SET or K_PUT */
     int (*run)(struct bench *b);
     const char *help;
 };
+
+static int run_produce(struct bench *b);
+static int run_consume(struct bench *b);
+static int run_lateness(struct bench *b);
 
 struct opts {
     struct cli_target t;
@@ -70,12 +75,12 @@ struct opts {
     double rate;
     int64_t delay_ms;
     int delay_set;
+    double time_limit; /* seconds a produce or consume phase may run; 0 = none */
 };
 
 struct client {
     struct bench *b;
     struct bconn *c;
-    int consumer; /* lateness: 1 = consumer, 0 = producer */
     int drained;  /* consume: a RESERVE found nothing */
     long busy;    /* primary requests in flight (ADD, RESERVE, ...) */
 };
@@ -108,6 +113,11 @@ struct bench {
     size_t taglen;
     char *body;  /* body template, o->size bytes */
 
+    struct event *limit;  /* --time-limit of the current phase */
+    int limited;          /* a phase was cut short by it */
+    long long late_ok;    /* replies (not errors) that came after their phase ended */
+    long long ack_short;  /* ACKed jobs the server no longer had */
+
     /* progress line */
     struct event *progress;
     uint64_t prog_t;
@@ -115,31 +125,30 @@ struct bench {
     int prog_shown;
 
     /* lateness */
-    struct event *tick;
-    int64_t t0_ms, last_due_ms;
-    long long foreign, early, ack_short;
-    struct bench_samples late;
-    uint64_t tick_last;           /* when the producer's 1 ms timer last fired */
+    struct event *tick;           /* the producer's 1 ms timer */
+    int64_t t0_ms, last_due_ms;   /* due times of the first and last job */
+    long long foreign, early;     /* jobs not of this run; delivered before due */
+    long long dups;               /* jobs of this run delivered a second time */
+    unsigned char *seen;          /* bitmap: job i was delivered */
+    struct bench_samples late;    /* lateness of each delivered job, us */
+    uint64_t tick_last;           /* when the tick last fired */
     uint64_t tick_lag_max;        /* the longest it fired late: our own stalls */
     long long tick_lag_over1;     /* firings more than 1 ms late */
 };
 
 /* ---- small helpers -------------------------------------------------------- */
 
-static double secs(const struct phase *ph)
-{
+static double secs(const struct phase *ph) {
     return ph->t1 > ph->t0 ? (double)(ph->t1 - ph->t0) / 1e9 : 0.0;
 }
 
-static double per_sec(const struct phase *ph)
-{
+static double per_sec(const struct phase *ph) {
     double s = secs(ph);
     return s > 0 ? (double)ph->done / s : 0.0;
 }
 
 /* Writes the run tag followed by i in base 36; returns the length. */
-static size_t make_id(const struct bench *b, long long i, char *out)
-{
+static size_t make_id(const struct bench *b, long long i, char *out) {
     static const char digits[] = "0123456789abcdefghijklmnopqrstuvwxyz";
     char tmp[16];
     int n = 0;
@@ -157,8 +166,7 @@ static size_t make_id(const struct bench *b, long long i, char *out)
 }
 
 static void fail(struct bench *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void fail(struct bench *b, const char *fmt, ...)
-{
+static void fail(struct bench *b, const char *fmt, ...) {
     if (!b->failed) {
         va_list ap;
         va_start(ap, fmt);
@@ -169,8 +177,7 @@ static void fail(struct bench *b, const char *fmt, ...)
     event_base_loopbreak(b->base);
 }
 
-static void phase_end(struct bench *b)
-{
+static void phase_end(struct bench *b) {
     if (!b->ph->t1)
         b->ph->t1 = bconn_now_ns();
     event_base_loopbreak(b->base);
@@ -179,8 +186,7 @@ static void phase_end(struct bench *b)
 /* ---- connections ------------------------------------------------------------ */
 
 static void on_reply(struct bconn *c, int tag, const struct bconn_reply *r,
-                     uint64_t lat, void *arg)
-{
+                     uint64_t lat, void *arg) {
     struct client *cl = arg;
     struct bench *b = cl->b;
     int kind = KIND_OF(tag);
@@ -194,12 +200,15 @@ static void on_reply(struct bconn *c, int tag, const struct bconn_reply *r,
     }
     if (kind == K_SETUP)
         return;
+    if (b->ph->t1) {
+        b->late_ok++;
+        return;
+    }
     bench_hist_add(&b->ph->hist[kind], lat);
     b->on_reply(cl, kind, KIND_N(tag), r);
 }
 
-static void on_fail(struct bconn *c, const char *why, void *arg)
-{
+static void on_fail(struct bconn *c, const char *why, void *arg) {
     struct client *cl = arg;
     fail(cl->b, "%s:%d: %s", cl->b->o->t.host, cl->b->o->t.port, why);
 }
@@ -207,27 +216,23 @@ static void on_fail(struct bconn *c, const char *why, void *arg)
 static const struct bconn_handler handler = {on_reply, on_fail};
 
 static void send_cmd(struct client *cl, int tag, int argc, const char *const *argv,
-                     const size_t *lens)
-{
+                     const size_t *lens) {
     bconn_cmd(cl->c, tag, argc, argv, lens);
     cl->b->inflight++;
 }
 
 static void send_raw(struct client *cl, int tag, const void *a, size_t alen,
-                     const void *p, size_t plen, const void *d, size_t dlen)
-{
+                     const void *p, size_t plen, const void *d, size_t dlen) {
     bconn_raw(cl->c, tag, a, alen, p, plen, d, dlen);
     cl->b->inflight++;
 }
 
-static void send_line(struct client *cl, int tag, const char *line)
-{
+static void send_line(struct client *cl, int tag, const char *line) {
     send_raw(cl, tag, line, strlen(line), NULL, 0, NULL, 0);
 }
 
 /* Opens n connections (AUTH first on RESP when a password is given). */
-static int open_clients(struct bench *b, int n)
-{
+static int open_clients(struct bench *b, int n) {
     const struct opts *o = b->o;
     b->cl = xcalloc((size_t)n, sizeof *b->cl);
     for (int i = 0; i < n; i++) {
@@ -251,8 +256,7 @@ static int open_clients(struct bench *b, int n)
     return 0;
 }
 
-static void close_clients(struct bench *b)
-{
+static void close_clients(struct bench *b) {
     for (int i = 0; i < b->ncl; i++)
         bconn_close(b->cl[i].c);
     free(b->cl);
@@ -262,8 +266,7 @@ static void close_clients(struct bench *b)
 
 /* ---- progress line ----------------------------------------------------------- */
 
-static void on_progress(evutil_socket_t fd, short what, void *arg)
-{
+static void on_progress(evutil_socket_t fd, short what, void *arg) {
     struct bench *b = arg;
     struct phase *ph = b->ph;
     uint64_t now = bconn_now_ns();
@@ -277,10 +280,16 @@ static void on_progress(evutil_socket_t fd, short what, void *arg)
     b->prog_shown = 1;
 }
 
-/* Runs the loop for phase ph; `start` sends the first requests. */
+static void on_limit(evutil_socket_t fd, short what, void *arg) {
+    struct bench *b = arg;
+    b->limited = 1;
+    phase_end(b);
+}
+
+/* Runs the loop for phase ph; `start` sends the first requests. Ends early,
+ * with what was done so far, after --time-limit seconds. */
 static int run_phase(struct bench *b, struct phase *ph, const char *what, long long target,
-                     reply_fn *fn, void (*start)(struct bench *b))
-{
+                     reply_fn *fn, void (*start)(struct bench *b)) {
     memset(ph, 0, sizeof *ph);
     ph->what = what;
     ph->target = target;
@@ -294,6 +303,13 @@ static int run_phase(struct bench *b, struct phase *ph, const char *what, long l
         b->progress = event_new(b->base, -1, EV_PERSIST, on_progress, b);
         event_add(b->progress, &tv);
     }
+    b->late_ok = 0;
+    if (b->o->time_limit > 0 && b->o->mode->run != run_lateness) {
+        double t = b->o->time_limit;
+        struct timeval tv = {(time_t)t, (suseconds_t)((t - (double)(time_t)t) * 1e6)};
+        b->limit = evtimer_new(b->base, on_limit, b);
+        evtimer_add(b->limit, &tv);
+    }
     start(b);
     for (int i = 0; i < b->ncl; i++)
         bconn_flush(b->cl[i].c);
@@ -301,6 +317,10 @@ static int run_phase(struct bench *b, struct phase *ph, const char *what, long l
         event_base_dispatch(b->base);
     if (!ph->t1)
         ph->t1 = bconn_now_ns();
+    if (b->limit) {
+        event_free(b->limit);
+        b->limit = NULL;
+    }
     if (b->progress) {
         event_free(b->progress);
         b->progress = NULL;
@@ -314,8 +334,7 @@ static int run_phase(struct bench *b, struct phase *ph, const char *what, long l
 /* ---- produce: ADD / SET / put -------------------------------------------------- */
 
 static void send_add(struct client *cl, long long i, const char *body, size_t blen,
-                     int64_t at_ms)
-{
+                     int64_t at_ms) {
     struct bench *b = cl->b;
     const struct opts *o = b->o;
     char id[32], num[24];
@@ -337,8 +356,7 @@ static void send_add(struct client *cl, long long i, const char *body, size_t bl
     send_cmd(cl, K_ADD, argc, argv, lens);
 }
 
-static void send_set(struct client *cl, long long i)
-{
+static void send_set(struct client *cl, long long i) {
     struct bench *b = cl->b;
     char key[256];
     size_t tl = strlen(b->o->topic);
@@ -352,8 +370,7 @@ static void send_set(struct client *cl, long long i)
     send_cmd(cl, K_SET, 3, argv, lens);
 }
 
-static void send_put(struct client *cl)
-{
+static void send_put(struct client *cl) {
     struct bench *b = cl->b;
     char head[96];
     int n = snprintf(head, sizeof head, "put 0 %" PRId64 " " BEANSTALK_TTR " %lld\r\n",
@@ -361,24 +378,26 @@ static void send_put(struct client *cl)
     send_raw(cl, K_PUT, head, (size_t)n, b->body, (size_t)b->o->size, "\r\n", 2);
 }
 
-static void produce_fill(struct client *cl)
-{
+static void produce_fill(struct client *cl) {
     struct bench *b = cl->b;
     struct phase *ph = b->ph;
     while (cl->busy < b->o->pipeline && ph->issued < ph->target) {
         long long i = ph->issued++;
-        if (b->o->mode->proto == BCONN_BEANSTALK)
+        switch (b->o->mode->produce) {
+        case K_PUT:
             send_put(cl);
-        else if (strcmp(b->o->mode->name, "set") == 0)
+            break;
+        case K_SET:
             send_set(cl, i);
-        else
+            break;
+        default:
             send_add(cl, i, b->body, (size_t)b->o->size, 0);
+        }
         cl->busy++;
     }
 }
 
-static void produce_reply(struct client *cl, int kind, int n, const struct bconn_reply *r)
-{
+static void produce_reply(struct client *cl, int kind, int n, const struct bconn_reply *r) {
     struct bench *b = cl->b;
     cl->busy--;
     if (++b->ph->done >= b->ph->target) {
@@ -388,8 +407,7 @@ static void produce_reply(struct client *cl, int kind, int n, const struct bconn
     produce_fill(cl);
 }
 
-static void produce_start(struct bench *b)
-{
+static void produce_start(struct bench *b) {
     for (int i = 0; i < b->ncl; i++) {
         if (b->o->mode->proto == BCONN_BEANSTALK) {
             char line[256];
@@ -402,8 +420,7 @@ static void produce_start(struct bench *b)
 
 /* ---- consume: RESERVE TIMEOUT 0 + ACK, reserve-with-timeout 0 + delete ------- */
 
-static void send_reserve(struct client *cl, long timeout_ms)
-{
+static void send_reserve(struct client *cl, long timeout_ms) {
     struct bench *b = cl->b;
     if (b->o->mode->proto == BCONN_BEANSTALK) {
         send_line(cl, K_BRESERVE, "reserve-with-timeout 0\r\n");
@@ -418,18 +435,17 @@ static void send_reserve(struct client *cl, long timeout_ms)
 }
 
 /* ACK (or beanstalk delete) the jobs of one RESERVE reply. */
-static void send_acks(struct client *cl, const struct bconn_reply *r, size_t from)
-{
+static void send_acks(struct client *cl, const struct bconn_reply *r) {
     struct bench *b = cl->b;
-    if (r->njobs <= from)
+    if (r->njobs == 0)
         return;
     if (b->o->mode->proto == BCONN_BEANSTALK) {
-        for (size_t i = from; i < r->njobs; i++)
+        for (size_t i = 0; i < r->njobs; i++)
             send_raw(cl, KIND(K_DELETE, 1), "delete ", 7, r->jobs[i].id, r->jobs[i].id_len,
                      "\r\n", 2);
         return;
     }
-    size_t n = r->njobs - from;
+    size_t n = r->njobs;
     const char **argv = xmalloc((n + 2) * sizeof *argv);
     size_t *lens = xmalloc((n + 2) * sizeof *lens);
     argv[0] = "ACK";
@@ -437,16 +453,15 @@ static void send_acks(struct client *cl, const struct bconn_reply *r, size_t fro
     argv[1] = b->o->topic;
     lens[1] = strlen(b->o->topic);
     for (size_t i = 0; i < n; i++) {
-        argv[i + 2] = r->jobs[from + i].id;
-        lens[i + 2] = r->jobs[from + i].id_len;
+        argv[i + 2] = r->jobs[i].id;
+        lens[i + 2] = r->jobs[i].id_len;
     }
     send_cmd(cl, KIND(K_ACK, n), (int)(n + 2), argv, lens);
     free(argv);
     free(lens);
 }
 
-static void consume_fill(struct client *cl)
-{
+static void consume_fill(struct client *cl) {
     struct bench *b = cl->b;
     struct phase *ph = b->ph;
     long per = b->o->mode->proto == BCONN_BEANSTALK ? 1 : b->o->count;
@@ -457,8 +472,7 @@ static void consume_fill(struct client *cl)
     }
 }
 
-static void consume_reply(struct client *cl, int kind, int n, const struct bconn_reply *r)
-{
+static void consume_reply(struct client *cl, int kind, int n, const struct bconn_reply *r) {
     struct bench *b = cl->b;
     struct phase *ph = b->ph;
     if (kind == K_RESERVE || kind == K_BRESERVE) {
@@ -466,7 +480,7 @@ static void consume_reply(struct client *cl, int kind, int n, const struct bconn
         if (r->type == BR_NIL || r->njobs == 0)
             cl->drained = 1;
         ph->issued += (long long)r->njobs;
-        send_acks(cl, r, 0);
+        send_acks(cl, r);
         consume_fill(cl);
     } else {
         ph->done += n;
@@ -477,8 +491,7 @@ static void consume_reply(struct client *cl, int kind, int n, const struct bconn
         phase_end(b);
 }
 
-static void consume_start(struct bench *b)
-{
+static void consume_start(struct bench *b) {
     for (int i = 0; i < b->ncl; i++) {
         struct client *cl = &b->cl[i];
         cl->busy = 0;
@@ -498,13 +511,26 @@ static void consume_start(struct bench *b)
 
 /* ---- lateness ------------------------------------------------------------------- */
 
-static int64_t due_of(const struct bench *b, long long i)
-{
+/* The counter make_id put after the run tag, or -1. */
+static long long id_index(const struct bench *b, const char *id, size_t len) {
+    if (len <= b->taglen || len > b->taglen + 12 || memcmp(id, b->tag, b->taglen) != 0)
+        return -1;
+    long long v = 0;
+    for (size_t i = b->taglen; i < len; i++) {
+        char c = id[i];
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'z' ? c - 'a' + 10 : -1;
+        if (d < 0)
+            return -1;
+        v = v * 36 + d;
+    }
+    return v;
+}
+
+static int64_t due_of(const struct bench *b, long long i) {
     return b->t0_ms + (int64_t)((double)i * 1000.0 / b->o->rate);
 }
 
-static void lateness_produce(struct client *cl)
-{
+static void lateness_produce(struct client *cl) {
     struct bench *b = cl->b;
     struct phase *ph = b->ph;
     int64_t now = clock_ms();
@@ -522,8 +548,7 @@ static void lateness_produce(struct client *cl)
     }
 }
 
-static void on_tick(evutil_socket_t fd, short what, void *arg)
-{
+static void on_tick(evutil_socket_t fd, short what, void *arg) {
     struct bench *b = arg;
     struct client *prod = &b->cl[0];
     uint64_t now = bconn_now_ns();
@@ -541,8 +566,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
         phase_end(b);
 }
 
-static void lateness_reply(struct client *cl, int kind, int n, const struct bconn_reply *r)
-{
+static void lateness_reply(struct client *cl, int kind, int n, const struct bconn_reply *r) {
     struct bench *b = cl->b;
     struct phase *ph = b->ph;
     if (kind == K_ADD) {
@@ -560,11 +584,16 @@ static void lateness_reply(struct client *cl, int kind, int n, const struct bcon
         int64_t now_us = clock_us();
         for (size_t i = 0; i < r->njobs; i++) {
             const struct bconn_job *j = &r->jobs[i];
-            if (j->id_len < b->taglen || memcmp(j->id, b->tag, b->taglen) != 0 ||
-                j->head_len < 13) {
+            long long idx = id_index(b, j->id, j->id_len);
+            if (idx < 0 || idx >= ph->target || j->head_len < 13) {
                 b->foreign++;
                 continue;
             }
+            if (b->seen[idx / 8] & (1u << (idx % 8))) {
+                b->dups++;
+                continue;
+            }
+            b->seen[idx / 8] |= (unsigned char)(1u << (idx % 8));
             int64_t due = 0;
             for (int k = 0; k < 13; k++)
                 due = due * 10 + (j->head[k] - '0');
@@ -574,7 +603,7 @@ static void lateness_reply(struct client *cl, int kind, int n, const struct bcon
             bench_samples_add(&b->late, late);
             ph->done++;
         }
-        send_acks(cl, r, 0);
+        send_acks(cl, r);
     }
     if (ph->done >= ph->target) {
         phase_end(b);
@@ -583,10 +612,8 @@ static void lateness_reply(struct client *cl, int kind, int n, const struct bcon
     send_reserve(cl, LATENESS_TIMEOUT_MS);
 }
 
-static void lateness_start(struct bench *b)
-{
+static void lateness_start(struct bench *b) {
     for (int i = 1; i < b->ncl; i++) {
-        b->cl[i].consumer = 1;
         send_reserve(&b->cl[i], LATENESS_TIMEOUT_MS);
     }
     struct timeval tv = {0, 1000};
@@ -597,35 +624,39 @@ static void lateness_start(struct bench *b)
 
 /* ---- modes ----------------------------------------------------------------------- */
 
-static int run_produce(struct bench *b)
-{
-    const char *what = b->o->mode->proto == BCONN_BEANSTALK ? "put"
-                       : strcmp(b->o->mode->name, "set") == 0 ? "SET"
-                                                               : "ADD";
+static int run_produce(struct bench *b) {
     if (open_clients(b, (int)b->o->clients) < 0)
         return -1;
-    return run_phase(b, &b->phases[0], what, b->o->jobs, produce_reply, produce_start);
+    return run_phase(b, &b->phases[0], kind_name[b->o->mode->produce], b->o->jobs,
+                     produce_reply, produce_start);
 }
 
-static int run_consume(struct bench *b)
-{
+static int run_consume(struct bench *b) {
     int bs = b->o->mode->proto == BCONN_BEANSTALK;
     if (open_clients(b, (int)b->o->clients) < 0)
         return -1;
     if (run_phase(b, &b->phases[0], bs ? "put (preload)" : "ADD (preload)", b->o->jobs,
                   produce_reply, produce_start) < 0)
         return -1;
-    return run_phase(b, &b->phases[1], bs ? "reserve+delete" : "RESERVE+ACK", b->o->jobs,
+    /* Requests still in flight from a preload cut short are answered (and
+     * discarded) first; only the jobs whose ADD was answered are counted. */
+    while (b->inflight > 0 && !b->failed)
+        event_base_loop(b->base, EVLOOP_ONCE);
+    if (b->failed)
+        return -1;
+    long long preloaded = b->phases[0].done + b->late_ok;
+    return run_phase(b, &b->phases[1], bs ? "reserve+delete" : "RESERVE+ACK",
+                     preloaded < b->o->jobs ? preloaded : b->o->jobs,
                      consume_reply, consume_start);
 }
 
-static int run_lateness(struct bench *b)
-{
+static int run_lateness(struct bench *b) {
     if (open_clients(b, (int)b->o->clients + 1) < 0)
         return -1;
     /* The first job is due `delay` from now plus a little for the setup. */
     b->t0_ms = clock_ms() + b->o->delay_ms + 100;
     b->last_due_ms = due_of(b, b->o->jobs - 1);
+    b->seen = xcalloc((size_t)(b->o->jobs / 8 + 1), 1);
     int rc = run_phase(b, &b->phases[0], "lateness (delivered)", b->o->jobs, lateness_reply,
                        lateness_start);
     event_free(b->tick);
@@ -634,32 +665,31 @@ static int run_lateness(struct bench *b)
 }
 
 static const struct mode modes[] = {
-    {"add", BCONN_RESP, run_produce, "ADD topic id body [DELAY d]; ADDs per second"},
-    {"reserve", BCONN_RESP, run_consume,
-     "preload --jobs with ADD, then RESERVE TIMEOUT 0 COUNT k + ACK; pairs per second"},
-    {"lateness", BCONN_RESP, run_lateness,
-     "ADD ... AT due, due times --rate per second, added --delay ahead; consumers\n"
-     "                           block in RESERVE; lateness = delivery time - due time"},
-    {"set", BCONN_RESP, run_produce, "Redis SET key body (against redis-server)"},
-    {"beanstalk-put", BCONN_BEANSTALK, run_produce,
+    {"add", BCONN_RESP, K_ADD, run_produce, "ADD topic id body [DELAY d]; ADDs per second"},
+    {"reserve", BCONN_RESP, K_ADD, run_consume,
+     "preload --jobs with ADD, then RESERVE TIMEOUT 0 COUNT k + ACK;\n"
+     "                           pairs per second"},
+    {"lateness", BCONN_RESP, K_ADD, run_lateness,
+     "ADD ... AT due, due times --rate per second, added --delay ahead;\n"
+     "                           consumers block in RESERVE; lateness = delivery - due"},
+    {"set", BCONN_RESP, K_SET, run_produce, "Redis SET key body (against redis-server)"},
+    {"beanstalk-put", BCONN_BEANSTALK, K_PUT, run_produce,
      "beanstalkd put 0 delay 30 bytes (against beanstalkd)"},
-    {"beanstalk-reserve", BCONN_BEANSTALK, run_consume,
+    {"beanstalk-reserve", BCONN_BEANSTALK, K_PUT, run_consume,
      "beanstalkd put preload, then reserve-with-timeout 0 + delete"},
 };
 #define NMODES (sizeof modes / sizeof modes[0])
 
 /* ---- results ----------------------------------------------------------------------- */
 
-static double ms(uint64_t ns)
-{
+static double ms(uint64_t ns) {
     return round((double)ns / 1000.0) / 1000.0;
 }
 
 static const double pcts[] = {50, 90, 99, 99.9};
 static const char *const pct_names[] = {"p50", "p90", "p99", "p99.9"};
 
-static void print_latency(const struct phase *ph)
-{
+static void print_latency(const struct phase *ph) {
     for (int k = 1; k < K_N; k++) {
         const struct bench_hist *h = &ph->hist[k];
         if (h->count == 0)
@@ -671,18 +701,17 @@ static void print_latency(const struct phase *ph)
     }
 }
 
-static void print_text(struct bench *b)
-{
+static void print_text(struct bench *b) {
     const struct opts *o = b->o;
     printf("delayq bench %s: %s:%d, %ld client%s, pipeline %ld, %lld-byte bodies\n",
            o->mode->name, o->t.host, o->t.port, o->clients, o->clients == 1 ? "" : "s",
            o->pipeline, o->size);
-    if (strcmp(o->mode->name, "lateness") == 0) {
+    if (o->mode->run == run_lateness) {
         struct phase *ph = &b->phases[0];
         long long missing = ph->target - ph->done;
-        printf("  delivered   %lld of %lld (%lld missing, %lld early), %.0f due/s, "
+        printf("  delivered   %lld of %lld (%lld missing, %lld early, %lld twice), %.0f due/s, "
                "added %" PRId64 " ms ahead, %ld consumer%s, COUNT %ld\n",
-               ph->done, ph->target, missing < 0 ? 0 : missing, b->early, o->rate,
+               ph->done, ph->target, missing < 0 ? 0 : missing, b->early, b->dups, o->rate,
                o->delay_ms, o->clients, o->clients == 1 ? "" : "s", o->count);
         if (b->late.n) {
             printf("  lateness ms");
@@ -707,12 +736,13 @@ static void print_text(struct bench *b)
             print_latency(ph);
         }
     }
+    if (b->limited)
+        printf("  note: cut short by --time-limit %.3g s\n", o->time_limit);
     if (b->ack_short)
         printf("  note: %lld ACKs found no job (lease expired?)\n", b->ack_short);
 }
 
-static json_t *latency_json(const struct phase *ph)
-{
+static json_t *latency_json(const struct phase *ph) {
     json_t *lat = json_object();
     for (int k = 1; k < K_N; k++) {
         const struct bench_hist *h = &ph->hist[k];
@@ -729,16 +759,14 @@ static json_t *latency_json(const struct phase *ph)
     return lat;
 }
 
-static json_t *phase_json(const struct phase *ph)
-{
+static json_t *phase_json(const struct phase *ph) {
     return json_pack("{s:s, s:I, s:f, s:I, s:o}", "what", ph->what, "ops",
                      (json_int_t)ph->done, "seconds", round(secs(ph) * 1000) / 1000,
                      "ops_per_sec", (json_int_t)llround(per_sec(ph)), "latency_ms",
                      latency_json(ph));
 }
 
-static void print_json(struct bench *b)
-{
+static void print_json(struct bench *b) {
     const struct opts *o = b->o;
     json_t *j = json_object();
     char server[300];
@@ -756,20 +784,27 @@ static void print_json(struct bench *b)
     json_object_set_new(j, "latency_ms", latency_json(last));
     if (b->nphases > 1)
         json_object_set_new(j, "preload", phase_json(&b->phases[0]));
-    if (strcmp(o->mode->name, "lateness") == 0) {
+    if (o->mode->run == run_lateness) {
         json_t *l = json_object();
         for (size_t i = 0; i < sizeof pcts / sizeof pcts[0]; i++)
             json_object_set_new(l, pct_names[i],
                                 json_real((double)bench_samples_pct(&b->late, pcts[i]) / 1000.0));
         json_object_set_new(l, "max", json_real((double)bench_samples_pct(&b->late, 100) / 1000.0));
         json_object_set_new(l, "min", json_real((double)bench_samples_pct(&b->late, 0) / 1000.0));
+        if (b->late.n == 0) {
+            json_decref(l);
+            l = json_null();
+        }
         json_object_set_new(j, "lateness_ms", l);
         long long missing = last->target - last->done;
         json_object_set_new(j, "delivered", json_integer(last->done));
         json_object_set_new(j, "missing", json_integer(missing < 0 ? 0 : missing));
         json_object_set_new(j, "early", json_integer(b->early));
-        json_object_set_new(j, "over_1ms", json_integer((json_int_t)bench_samples_above(&b->late, 1000)));
-        json_object_set_new(j, "over_5ms", json_integer((json_int_t)bench_samples_above(&b->late, 5000)));
+        json_object_set_new(j, "duplicates", json_integer(b->dups));
+        json_object_set_new(j, "over_1ms",
+                            json_integer((json_int_t)bench_samples_above(&b->late, 1000)));
+        json_object_set_new(j, "over_5ms",
+                            json_integer((json_int_t)bench_samples_above(&b->late, 5000)));
         json_object_set_new(j, "foreign", json_integer(b->foreign));
         json_object_set_new(j, "client_lag_max_ms", json_real(ms(b->tick_lag_max)));
         json_object_set_new(j, "client_lag_over_1ms", json_integer(b->tick_lag_over1));
@@ -777,6 +812,7 @@ static void print_json(struct bench *b)
         json_object_set_new(j, "delay_ms", json_integer(o->delay_ms));
         json_object_set_new(j, "count", json_integer(o->count));
     }
+    json_object_set_new(j, "time_limited", json_boolean(b->limited));
     if (b->ack_short)
         json_object_set_new(j, "ack_not_found", json_integer(b->ack_short));
     if (b->failed)
@@ -791,8 +827,7 @@ static void print_json(struct bench *b)
 
 /* ---- options ------------------------------------------------------------------------ */
 
-static void usage(FILE *f)
-{
+static void usage(FILE *f) {
     fprintf(f,
             "usage: delayq [-h host] [-p port] [-a password] [--json] bench [options]\n"
             "\n"
@@ -815,6 +850,8 @@ static void usage(FILE *f)
             "                      lateness: how long before its due time a job is added (1s)\n"
             "                      milliseconds or 500ms, 2s, 1m, ...\n"
             "      --count K       RESERVE COUNT (reserve 1, lateness 16)\n"
+            "      --time-limit S  stop a phase after S seconds and report what was done\n"
+            "                      (not lateness) (none)\n"
             "  -q, --quiet         no progress line on stderr (shown only on a terminal)\n"
             "      --json          print the results as one JSON object\n"
             "  -h HOST, -p PORT, -a PASSWORD  as before the word bench\n"
@@ -826,8 +863,7 @@ static void usage(FILE *f)
 }
 
 static int parse_long(const char *name, const char *v, long long lo, long long hi,
-                      long long *out)
-{
+                      long long *out) {
     char *end;
     errno = 0;
     long long x = strtoll(v, &end, 10);
@@ -841,8 +877,7 @@ static int parse_long(const char *name, const char *v, long long lo, long long h
 }
 
 /* Parses argv into o; returns 0, 1 for --help (printed), or 2 on error. */
-static int parse_opts(struct opts *o, int argc, char **argv)
-{
+static int parse_opts(struct opts *o, int argc, char **argv) {
     long long v;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *val = NULL;
@@ -870,7 +905,8 @@ static int parse_opts(struct opts *o, int argc, char **argv)
         int known = IS("-m", "--mode") || IS("-c", "--clients") || IS("-P", "--pipeline") ||
                     IS("-d", "--size") || IS("-n", "--jobs") || IS("-t", "--topic") ||
                     IS("--rate", "--rate") || IS("--delay", "--delay") ||
-                    IS("--count", "--count") || IS("-h", "--host") || IS("-p", "--port") ||
+                    IS("--count", "--count") || IS("--time-limit", "--time-limit") ||
+                    IS("-h", "--host") || IS("-p", "--port") ||
                     IS("-a", "--password");
         if (!known) {
             fprintf(stderr, "delayq bench: unknown option '%s' (see delayq bench --help)\n", a);
@@ -911,6 +947,14 @@ static int parse_opts(struct opts *o, int argc, char **argv)
                 return 2;
         } else if (IS("-t", "--topic")) {
             o->topic = val;
+        } else if (IS("--time-limit", "--time-limit")) {
+            char *end;
+            o->time_limit = strtod(val, &end);
+            if (end == val || *end || !(o->time_limit > 0) || o->time_limit > 1e6) {
+                fprintf(stderr, "delayq bench: invalid --time-limit '%s': expected seconds > 0\n",
+                        val);
+                return 2;
+            }
         } else if (IS("--count", "--count")) {
             if (parse_long("--count", val, 1, (1 << 20) - 1, &v))
                 return 2;
@@ -945,9 +989,8 @@ static int parse_opts(struct opts *o, int argc, char **argv)
 }
 
 /* Fills in the defaults that depend on the mode. */
-static void finish_opts(struct opts *o)
-{
-    int late = strcmp(o->mode->name, "lateness") == 0;
+static void finish_opts(struct opts *o) {
+    int late = o->mode->run == run_lateness;
     if (!o->count)
         o->count = late ? 16 : 1;
     if (!o->delay_set)
@@ -962,8 +1005,7 @@ static void finish_opts(struct opts *o)
 
 /* ---- entry ------------------------------------------------------------------------- */
 
-int bench_main(const struct cli_target *t, int json, int argc, char **argv)
-{
+int bench_main(const struct cli_target *t, int json, int argc, char **argv) {
     struct opts o = {0};
     o.t = *t;
     if (!o.t.host)
@@ -1018,15 +1060,17 @@ int bench_main(const struct cli_target *t, int json, int argc, char **argv)
             print_text(b);
     }
     int status = b->failed ? 1 : 0;
-    if (strcmp(o.mode->name, "lateness") == 0 && b->phases[0].done < b->phases[0].target)
+    if (o.mode->run == run_lateness && b->phases[0].done < b->phases[0].target)
         status = 1;
-    if (strcmp(o.mode->name, "reserve") == 0 || strcmp(o.mode->name, "beanstalk-reserve") == 0)
-        if (b->nphases == 2 && b->phases[1].done < b->phases[1].target && !b->failed)
+    if (o.mode->run == run_consume)
+        if (b->nphases == 2 && b->phases[1].done < b->phases[1].target && !b->failed &&
+            !b->limited)
             fprintf(stderr, "delayq bench: the topic ran dry after %lld of %lld jobs\n",
                     b->phases[1].done, b->phases[1].target);
 
     close_clients(b);
     bench_samples_free(&b->late);
+    free(b->seen);
     free(b->body);
     event_base_free(b->base);
     free(b);

@@ -70,8 +70,7 @@ struct bconn {
     size_t jobs_cap;
 };
 
-uint64_t bconn_now_ns(void)
-{
+uint64_t bconn_now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
@@ -79,8 +78,7 @@ uint64_t bconn_now_ns(void)
 
 /* ---- requests in flight ---------------------------------------------- */
 
-static void ring_push(struct bconn *c, int kind)
-{
+static void ring_push(struct bconn *c, int kind) {
     if (c->tail - c->head == c->cap) {
         size_t ncap = c->cap ? c->cap * 2 : 256;
         struct pending *n = xmalloc(ncap * sizeof *n);
@@ -95,15 +93,13 @@ static void ring_push(struct bconn *c, int kind)
     p->sent_ns = 0;
 }
 
-size_t bconn_inflight(const struct bconn *c)
-{
+size_t bconn_inflight(const struct bconn *c) {
     return c->tail - c->head;
 }
 
 /* ---- failure ---------------------------------------------------------- */
 
-static void conn_fail(struct bconn *c, const char *why)
-{
+static void conn_fail(struct bconn *c, const char *why) {
     if (c->dead)
         return;
     c->dead = 1;
@@ -115,8 +111,7 @@ static void conn_fail(struct bconn *c, const char *why)
 
 /* ---- reply delivery ---------------------------------------------------- */
 
-static void reply_reset(struct bconn *c)
-{
+static void reply_reset(struct bconn *c) {
     memset(&c->cur, 0, sizeof c->cur);
     c->text_off = c->text_len = 0;
     c->njobs = 0;
@@ -125,8 +120,7 @@ static void reply_reset(struct bconn *c)
 
 /* Hands the parsed reply to the callback, as the answer to the oldest
  * request in flight. */
-static void deliver(struct bconn *c, uint64_t now)
-{
+static void deliver(struct bconn *c, uint64_t now) {
     if (c->head == c->tail) {
         conn_fail(c, "reply without a request");
         return;
@@ -153,23 +147,20 @@ static void deliver(struct bconn *c, uint64_t now)
     reply_reset(c);
 }
 
-static size_t scratch_put(struct bconn *c, const char *s, size_t n)
-{
+static size_t scratch_put(struct bconn *c, const char *s, size_t n) {
     size_t off = c->scratch.len;
     buf_append(&c->scratch, s, n);
     return off;
 }
 
-static void set_text(struct bconn *c, const char *s, size_t n)
-{
+static void set_text(struct bconn *c, const char *s, size_t n) {
     if (n > TEXT_MAX)
         n = TEXT_MAX;
     c->text_off = scratch_put(c, s, n);
     c->text_len = n;
 }
 
-static struct job_off *new_job(struct bconn *c)
-{
+static struct job_off *new_job(struct bconn *c) {
     if (c->njobs == c->jcap) {
         c->jcap = c->jcap ? c->jcap * 2 : 16;
         c->joff = xrealloc(c->joff, c->jcap * sizeof *c->joff);
@@ -181,8 +172,7 @@ static struct job_off *new_job(struct bconn *c)
 
 /* ---- RESP, through hiredis's reader ------------------------------------ */
 
-static struct bconn *task_conn(const redisReadTask *t, int *depth)
-{
+static struct bconn *task_conn(const redisReadTask *t, int *depth) {
     int d = 0;
     while (t->parent) {
         t = t->parent;
@@ -192,8 +182,7 @@ static struct bconn *task_conn(const redisReadTask *t, int *depth)
     return t->privdata;
 }
 
-static void *on_string(const redisReadTask *t, char *s, size_t len)
-{
+static void *on_string(const redisReadTask *t, char *s, size_t len) {
     int depth;
     struct bconn *c = task_conn(t, &depth);
     if (depth == 0) {
@@ -216,8 +205,7 @@ static void *on_string(const redisReadTask *t, char *s, size_t len)
     return c;
 }
 
-static void *on_array(const redisReadTask *t, int elements)
-{
+static void *on_array(const redisReadTask *t, int elements) {
     int depth;
     struct bconn *c = task_conn(t, &depth);
     if (depth == 0) {
@@ -229,8 +217,7 @@ static void *on_array(const redisReadTask *t, int elements)
     return c;
 }
 
-static void *on_integer(const redisReadTask *t, long long v)
-{
+static void *on_integer(const redisReadTask *t, long long v) {
     int depth;
     struct bconn *c = task_conn(t, &depth);
     if (depth == 0) {
@@ -240,8 +227,7 @@ static void *on_integer(const redisReadTask *t, long long v)
     return c;
 }
 
-static void *on_nil(const redisReadTask *t)
-{
+static void *on_nil(const redisReadTask *t) {
     int depth;
     struct bconn *c = task_conn(t, &depth);
     if (depth == 0)
@@ -249,8 +235,7 @@ static void *on_nil(const redisReadTask *t)
     return c;
 }
 
-static void on_free(void *obj)
-{
+static void on_free(void *obj) {
     (void)obj; /* nothing was allocated */
 }
 
@@ -258,8 +243,7 @@ static redisReplyObjectFunctions resp_fns = {
     on_string, on_array, on_integer, on_nil, on_free,
 };
 
-static void resp_input(struct bconn *c, const char *p, size_t n, uint64_t now)
-{
+static void resp_input(struct bconn *c, const char *p, size_t n, uint64_t now) {
     if (redisReaderFeed(c->reader, p, n) != REDIS_OK) {
         conn_fail(c, "out of memory");
         return;
@@ -282,15 +266,13 @@ static void resp_input(struct bconn *c, const char *p, size_t n, uint64_t now)
 
 /* ---- beanstalkd's text protocol ----------------------------------------- */
 
-static int word_is(const char *p, size_t n, const char *w)
-{
+static int word_is(const char *p, size_t n, const char *w) {
     size_t wl = strlen(w);
     return n >= wl && memcmp(p, w, wl) == 0 && (n == wl || p[wl] == ' ');
 }
 
 /* Parses one reply at c->in; returns bytes taken, 0 if incomplete, -1 bad. */
-static long beanstalk_one(struct bconn *c)
-{
+static long beanstalk_one(struct bconn *c) {
     const char *p = c->in.p + c->in.off;
     size_t n = buf_unread(&c->in);
     const char *eol = memmem(p, n, "\r\n", 2);
@@ -346,8 +328,7 @@ static long beanstalk_one(struct bconn *c)
     return (long)took;
 }
 
-static void beanstalk_input(struct bconn *c, const char *p, size_t n, uint64_t now)
-{
+static void beanstalk_input(struct bconn *c, const char *p, size_t n, uint64_t now) {
     buf_append(&c->in, p, n);
     while (buf_unread(&c->in) > 0) {
         long took = beanstalk_one(c);
@@ -368,8 +349,7 @@ static void beanstalk_input(struct bconn *c, const char *p, size_t n, uint64_t n
 
 /* ---- socket I/O ---------------------------------------------------------- */
 
-static void write_some(struct bconn *c)
-{
+static void write_some(struct bconn *c) {
     while (buf_unread(&c->out) > 0) {
         ssize_t w = send(c->fd, c->out.p + c->out.off, buf_unread(&c->out), MSG_NOSIGNAL);
         if (w > 0) {
@@ -393,8 +373,7 @@ static void write_some(struct bconn *c)
     c->wev_on = want;
 }
 
-void bconn_flush(struct bconn *c)
-{
+void bconn_flush(struct bconn *c) {
     if (c->dead)
         return;
     if (c->stamped != c->tail) {
@@ -407,8 +386,7 @@ void bconn_flush(struct bconn *c)
         write_some(c);
 }
 
-static void on_readable(evutil_socket_t fd, short what, void *arg)
-{
+static void on_readable(evutil_socket_t fd, short what, void *arg) {
     struct bconn *c = arg;
     static char chunk[READ_CHUNK];
     ssize_t r = recv(fd, chunk, sizeof chunk, 0);
@@ -433,8 +411,7 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
         bconn_flush(c);
 }
 
-static void on_writable(evutil_socket_t fd, short what, void *arg)
-{
+static void on_writable(evutil_socket_t fd, short what, void *arg) {
     struct bconn *c = arg;
     c->wev_on = 1; /* the event is pending (persistent) */
     write_some(c);
@@ -442,8 +419,7 @@ static void on_writable(evutil_socket_t fd, short what, void *arg)
 
 /* ---- requests ------------------------------------------------------------ */
 
-static char *put_u(char *p, size_t v)
-{
+static char *put_u(char *p, size_t v) {
     char tmp[24];
     int n = 0;
     do {
@@ -456,8 +432,7 @@ static char *put_u(char *p, size_t v)
 }
 
 void bconn_cmd(struct bconn *c, int kind, int argc, const char *const *argv,
-               const size_t *lens)
-{
+               const size_t *lens) {
     size_t need = 16;
     for (int i = 0; i < argc; i++)
         need += lens[i] + 24;
@@ -481,8 +456,7 @@ void bconn_cmd(struct bconn *c, int kind, int argc, const char *const *argv,
 }
 
 void bconn_raw(struct bconn *c, int kind, const void *a, size_t alen,
-               const void *b, size_t blen, const void *d, size_t dlen)
-{
+               const void *b, size_t blen, const void *d, size_t dlen) {
     if (a)
         buf_append(&c->out, a, alen);
     if (b)
@@ -496,8 +470,7 @@ void bconn_raw(struct bconn *c, int kind, const void *a, size_t alen,
 
 struct bconn *bconn_open(struct event_base *base, const char *host, int port,
                          enum bconn_proto proto, const struct bconn_handler *h,
-                         void *arg, char *err, size_t errlen)
-{
+                         void *arg, char *err, size_t errlen) {
     char portstr[16];
     snprintf(portstr, sizeof portstr, "%d", port);
     struct addrinfo hints = {0}, *ai = NULL;
@@ -551,8 +524,7 @@ struct bconn *bconn_open(struct event_base *base, const char *host, int port,
     return c;
 }
 
-void bconn_close(struct bconn *c)
-{
+void bconn_close(struct bconn *c) {
     if (!c)
         return;
     if (c->rev)

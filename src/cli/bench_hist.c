@@ -12,8 +12,7 @@
 
 #include "lib/xalloc.h"
 
-static size_t bucket_of(uint64_t v)
-{
+static size_t bucket_of(uint64_t v) {
     if (v < BENCH_HIST_SUB)
         return (size_t)v;
     int e = 63 - __builtin_clzll(v);
@@ -22,8 +21,7 @@ static size_t bucket_of(uint64_t v)
 }
 
 /* The lowest and highest value of bucket i. */
-static void bucket_range(size_t i, uint64_t *lo, uint64_t *hi)
-{
+static void bucket_range(size_t i, uint64_t *lo, uint64_t *hi) {
     if (i < BENCH_HIST_SUB) {
         *lo = *hi = i;
         return;
@@ -34,13 +32,11 @@ static void bucket_range(size_t i, uint64_t *lo, uint64_t *hi)
     *hi = *lo + ((uint64_t)1 << (e - 6)) - 1;
 }
 
-void bench_hist_init(struct bench_hist *h)
-{
+void bench_hist_init(struct bench_hist *h) {
     memset(h, 0, sizeof *h);
 }
 
-void bench_hist_add(struct bench_hist *h, uint64_t v)
-{
+void bench_hist_add(struct bench_hist *h, uint64_t v) {
     if (h->count == 0 || v < h->min)
         h->min = v;
     if (v > h->max)
@@ -50,8 +46,7 @@ void bench_hist_add(struct bench_hist *h, uint64_t v)
     h->b[bucket_of(v)]++;
 }
 
-void bench_hist_merge(struct bench_hist *dst, const struct bench_hist *src)
-{
+void bench_hist_merge(struct bench_hist *dst, const struct bench_hist *src) {
     if (src->count == 0)
         return;
     if (dst->count == 0 || src->min < dst->min)
@@ -64,8 +59,7 @@ void bench_hist_merge(struct bench_hist *dst, const struct bench_hist *src)
         dst->b[i] += src->b[i];
 }
 
-uint64_t bench_hist_pct(const struct bench_hist *h, double p)
-{
+uint64_t bench_hist_pct(const struct bench_hist *h, double p) {
     if (h->count == 0)
         return 0;
     if (p >= 100.0)
@@ -90,13 +84,11 @@ uint64_t bench_hist_pct(const struct bench_hist *h, double p)
     return h->max;
 }
 
-double bench_hist_mean(const struct bench_hist *h)
-{
+double bench_hist_mean(const struct bench_hist *h) {
     return h->count ? h->sum / (double)h->count : 0.0;
 }
 
-void bench_samples_add(struct bench_samples *s, int64_t v)
-{
+void bench_samples_add(struct bench_samples *s, int64_t v) {
     if (s->n == s->cap) {
         s->cap = s->cap ? s->cap * 2 : 4096;
         s->v = xrealloc(s->v, s->cap * sizeof *s->v);
@@ -105,22 +97,19 @@ void bench_samples_add(struct bench_samples *s, int64_t v)
     s->sorted = 0;
 }
 
-static int cmp_i64(const void *a, const void *b)
-{
+static int cmp_i64(const void *a, const void *b) {
     int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
     return (x > y) - (x < y);
 }
 
-static void sort_samples(struct bench_samples *s)
-{
+static void sort_samples(struct bench_samples *s) {
     if (!s->sorted) {
         qsort(s->v, s->n, sizeof *s->v, cmp_i64);
         s->sorted = 1;
     }
 }
 
-int64_t bench_samples_pct(struct bench_samples *s, double p)
-{
+int64_t bench_samples_pct(struct bench_samples *s, double p) {
     if (s->n == 0)
         return 0;
     sort_samples(s);
@@ -134,8 +123,7 @@ int64_t bench_samples_pct(struct bench_samples *s, double p)
     return s->v[rank - 1];
 }
 
-size_t bench_samples_above(struct bench_samples *s, int64_t v)
-{
+size_t bench_samples_above(struct bench_samples *s, int64_t v) {
     sort_samples(s);
     size_t lo = 0, hi = s->n; /* first index with value > v */
     while (lo < hi) {
@@ -148,8 +136,7 @@ size_t bench_samples_above(struct bench_samples *s, int64_t v)
     return s->n - lo;
 }
 
-void bench_samples_free(struct bench_samples *s)
-{
+void bench_samples_free(struct bench_samples *s) {
     free(s->v);
     s->v = NULL;
     s->n = s->cap = 0;

@@ -34,21 +34,24 @@
 #define TTR_MAX ((UINT32_C(1) << 30) - 1)
 #define BODY_MAX ((size_t)INT32_MAX)
 #define TOPICS_SIZE 16 /* initial buckets of the topic table */
+#define IDLE_TOPICS_MAX 4096 /* emptied topics kept for their counters */
 #define JOBS_SIZE 4    /* initial buckets of a topic's id table */
 
 struct topic;
 
+/* The id table link sits right before the id so that walking a chain
+ * touches one cache line per job (the link, the length and the id). */
 struct job {
     struct wheel_node node; /* wheel (delayed, reserved) or a topic list */
-    struct hnode hnode;     /* the topic's id table */
     struct topic *topic;
     uint64_t due : 48, attempts : 16;
     uint64_t created : 48, retries : 16;
     uint32_t ttr : 30, state : 2;
     uint32_t body_len : 31, backoff_fixed : 1;
     uint32_t backoff_base, backoff_max;
-    uint8_t id_len1; /* id length - 1 (ids are 1..256 bytes) */
-    char data[];     /* id, then body */
+    struct hnode hnode; /* the topic's id table */
+    uint8_t id_len1;    /* id length - 1 (ids are 1..256 bytes) */
+    char data[];        /* id, then body */
 };
 
 _Static_assert(offsetof(struct job, data) <= 74, "job header too large");
@@ -63,6 +66,7 @@ struct topic {
     struct htab jobs;   /* id -> job */
     struct wheel_node ready, dead; /* list heads */
     struct dq_stats st;
+    struct wheel_node idle;     /* on the engine's idle list while jobless */
     struct topic *touched_next; /* engine_advance: topics that gained ready */
     bool touched;
     uint8_t name_len;
@@ -76,6 +80,8 @@ struct engine {
     uint64_t count;
     struct htab topics;
     struct topic *last; /* the topic found last (most calls repeat it) */
+    struct wheel_node idle; /* topics without jobs, oldest first */
+    uint64_t nidle;
     struct wheel wheel;
 };
 
@@ -198,6 +204,7 @@ static struct topic *topic_create(struct engine *e, struct dq_str name) {
     t->hash = htab_hash_bytes(name.p, name.len);
     list_init(&t->ready);
     list_init(&t->dead);
+    list_init(&t->idle);
     t->name_len = (uint8_t)name.len;
     memcpy(t->name, name.p, name.len);
     htab_insert(&e->topics, &t->hnode, t->hash);
@@ -207,14 +214,36 @@ static struct topic *topic_create(struct engine *e, struct dq_str name) {
 
 /* Frees t, whose jobs are already gone. */
 static void topic_free(struct engine *e, struct topic *t) {
+    if (!list_empty(&t->idle)) {
+        list_unlink(&t->idle);
+        e->nidle--;
+    }
     htab_remove(&e->topics, &t->hnode, t->hash);
     htab_destroy(&t->jobs);
     if (e->last == t) e->last = NULL;
     dq_free(t);
 }
 
+/* A topic that lost its last job keeps its counters (STATS topic) while it
+ * is among the IDLE_TOPICS_MAX most recently emptied; older ones are freed,
+ * so topics used once cannot pile up. */
 static void topic_free_if_empty(struct engine *e, struct topic *t) {
-    if (htab_count(&t->jobs) == 0) topic_free(e, t);
+    if (htab_count(&t->jobs) != 0 || !list_empty(&t->idle)) return;
+    list_append(&e->idle, &t->idle);
+    e->nidle++;
+    while (e->nidle > IDLE_TOPICS_MAX) {
+        struct topic *old = (struct topic *)((char *)e->idle.next -
+                                             offsetof(struct topic, idle));
+        topic_free(e, old);
+    }
+}
+
+/* t gains a job: it is no longer idle. */
+static void topic_use(struct engine *e, struct topic *t) {
+    if (list_empty(&t->idle)) return;
+    list_unlink(&t->idle);
+    list_init(&t->idle);
+    e->nidle--;
 }
 
 static void notify_ready(struct engine *e, struct topic *t) {
@@ -323,6 +352,7 @@ struct engine *engine_new(const struct engine_config *cfg, int64_t now) {
         return NULL;
     }
     wheel_init(&e->wheel, now);
+    list_init(&e->idle);
     return e;
 }
 
@@ -365,6 +395,7 @@ int engine_add(struct engine *e, int64_t now, const struct dq_add *a,
         return ENGINE_ENOMEM;
     }
     job_options(j, a->due, now, a->ttr, a->retries, 0, &a->backoff);
+    topic_use(e, t);
     if (old) job_remove(e, old, h);
     htab_insert(&t->jobs, &j->hnode, h);
     e->count++;
@@ -492,7 +523,8 @@ int engine_release(struct engine *e, struct dq_str topic, struct dq_str id) {
     return 1;
 }
 
-int64_t engine_kick(struct engine *e, struct dq_str topic, uint64_t count) {
+int64_t engine_kick(struct engine *e, int64_t now, struct dq_str topic,
+                    uint64_t count) {
     struct topic *t = topic_get(e, topic);
     if (!t) return 0;
     int64_t n = 0;
@@ -500,6 +532,7 @@ int64_t engine_kick(struct engine *e, struct dq_str topic, uint64_t count) {
         struct job *j = job_of(t->dead.next);
         unplace(e, j);
         j->attempts = 0;
+        j->due = (uint64_t)clamp_time(now); /* ready order follows due */
         place(e, j, DQ_READY, 0);
         n++;
     }
@@ -520,9 +553,19 @@ int64_t engine_purge(struct engine *e, struct dq_str topic) {
     if (!t) return 0;
     uint64_t n = htab_count(&t->jobs);
     htab_foreach(&t->jobs, purge_cb, e);
+    /* the table still links the freed jobs: start it afresh (keeping the
+     * old buckets if a new table cannot be had, now that it is empty) */
+    struct htab fresh;
+    if (htab_init(&fresh, JOBS_SIZE, job_rehash) == 0) {
+        htab_destroy(&t->jobs);
+        t->jobs = fresh;
+    } else {
+        htab_clear(&t->jobs);
+    }
     e->count -= n;
     e->st.deleted += n;
-    topic_free(e, t);
+    t->st.deleted += n;
+    topic_free_if_empty(e, t);
     return (int64_t)n;
 }
 
@@ -567,7 +610,8 @@ struct topics_ctx {
 
 static void topics_cb(void *ud, struct hnode *n) {
     const struct topics_ctx *c = ud;
-    c->fn(c->ud, topic_name(topic_of_h(n)));
+    const struct topic *t = topic_of_h(n);
+    if (htab_count(&t->jobs)) c->fn(c->ud, topic_name(t));
 }
 
 void engine_topics(const struct engine *e,
@@ -604,6 +648,7 @@ bool engine_advance(struct engine *e, int64_t now, uint32_t budget) {
         bool lease = j->state == DQ_RESERVED;
         unplace(e, j);
         bool dead = lease && j->attempts > j->retries;
+        if (lease && !dead) j->due = (uint64_t)j->node.when; /* lease end */
         place(e, j, dead ? DQ_DEAD : DQ_READY, 0);
         if (lease) {
             t->st.expired++;
@@ -652,6 +697,7 @@ int engine_restore(struct engine *e, int64_t now, const struct dq_job *src) {
     }
     job_options(j, src->due, src->created, src->ttr, src->retries,
                 src->attempts, &src->backoff);
+    topic_use(e, t);
     htab_insert(&t->jobs, &j->hnode, h);
     e->count++;
     int64_t when = src->state == DQ_RESERVED ? clamp_time(src->deadline)

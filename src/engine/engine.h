@@ -94,11 +94,13 @@ int engine_touch(struct engine *e, int64_t now, struct dq_str topic,
  * absent or not reserved. */
 int engine_release(struct engine *e, struct dq_str topic, struct dq_str id);
 
-/* KICK: up to count (0 = all) dead jobs -> ready, attempts = 0, oldest dead
- * first. Returns how many moved. */
-int64_t engine_kick(struct engine *e, struct dq_str topic, uint64_t count);
+/* KICK: up to count (0 = all) dead jobs -> ready, attempts = 0, due = now,
+ * oldest dead first. Returns how many moved. */
+int64_t engine_kick(struct engine *e, int64_t now, struct dq_str topic,
+                    uint64_t count);
 
-/* PURGE: removes every job of the topic. Returns how many. */
+/* PURGE: removes every job of the topic (its counters stay, see
+ * engine_stats). Returns how many. */
 int64_t engine_purge(struct engine *e, struct dq_str topic);
 
 /* LIST, SCAN-style over the topic's id table (reverse-binary cursor, as
@@ -111,7 +113,9 @@ uint64_t engine_list(const struct engine *e, struct dq_str topic, int state,
                      void (*fn)(void *ud, struct dq_str id), void *ud);
 
 /* Counters and jobs per state, of one topic or (topic.len == 0) of all.
- * A topic that does not exist gives zeros. */
+ * A topic keeps its counters after its last job goes while it is among the
+ * most recently emptied topics (IDLE_TOPICS_MAX); an unknown or long-empty
+ * topic gives zeros. */
 void engine_stats(const struct engine *e, struct dq_str topic,
                   struct dq_stats *out);
 
@@ -122,12 +126,15 @@ void engine_topics(const struct engine *e,
 /* Number of jobs held, all states. */
 uint64_t engine_count(const struct engine *e);
 
-/* The earliest due time or lease end, or INT64_MAX if there is none. */
+/* The earliest due time or lease end, or INT64_MAX if there is none. It
+ * may be earlier than the true next expiry (the start of a coarse wheel slot),
+ * never later: advancing then simply finds nothing due and tightens it. */
 int64_t engine_next_expiry(const struct engine *e);
 
 /* Applies every timed transition with a time <= now, in time order (due
- * jobs -> ready, ended leases -> ready or dead), at most `budget` jobs.
- * Returns true if more remain at or before now (call again soon). */
+ * jobs -> ready, ended leases -> ready with due = the lease end, or dead), at
+ * most `budget` jobs. Returns true if it stopped early (more may be due, or
+ * a large slot is still being cascaded down the wheel): call again soon. */
 bool engine_advance(struct engine *e, int64_t now, uint32_t budget);
 
 /* For the durable store: puts back a job read from a log or snapshot in the

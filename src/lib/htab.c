@@ -76,6 +76,12 @@ void htab_destroy(struct htab *t) {
     memset(t, 0, sizeof *t);
 }
 
+void htab_clear(struct htab *t) {
+    for (int k = 0; k < 2; k++)
+        if (t->b[k]) memset(t->b[k], 0, (t->mask[k] + 1) * sizeof *t->b[k]);
+    t->count = 0;
+}
+
 /* The chain head where a node of hash h is (or goes). */
 static struct hnode **chain(const struct htab *t, uint64_t h) {
     uint64_t i = h & t->mask[0];

@@ -45,6 +45,9 @@ int htab_init(struct htab *t, uint64_t size, htab_hash_fn hash);
 /* Frees the bucket arrays (not the nodes). Accepts a zeroed table. */
 void htab_destroy(struct htab *t);
 
+/* Forgets every node (not freeing them), keeping the buckets. */
+void htab_clear(struct htab *t);
+
 /* First node of the chain where a node of hash h is (NULL if none). */
 struct hnode *htab_bucket(const struct htab *t, uint64_t h);
 

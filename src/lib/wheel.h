@@ -64,10 +64,11 @@ int wheel_due(struct wheel *w, int64_t now, uint32_t *work,
               struct wheel_node **out);
 
 /* The time at which wheel_due will next find a timer, or INT64_MAX if the
- * wheel is empty. Exact when the earliest timer is less than 64 ms past the
- * current time or shares its slot with at most 16 timers; otherwise the start
- * of that slot, which is earlier: calling wheel_due then cascades the slot
- * and the next answer is closer. Never later than the earliest timer. */
+ * wheel is empty. Never later than the earliest timer. Exact when that timer
+ * is in the current time's 64 ms block (level 0) or shares its slot with at
+ * most 16 timers; otherwise the start of its slot, which is earlier: calling
+ * wheel_due at that time cascades the slot and the next answer is closer
+ * (at most one such early wake-up per level). */
 int64_t wheel_next(const struct wheel *w);
 
 static inline uint64_t wheel_count(const struct wheel *w) { return w->count; }

@@ -58,11 +58,25 @@ struct conn *conn_new(struct server *srv, int fd) {
     return c;
 }
 
+static void req_free(struct req *r) {
+    buf_free(&r->reply);
+    dq_free(r);
+}
+
 void conn_close(struct conn *c) {
     struct server *srv = c->srv;
-    for (struct req *r = c->head; r; r = r->next) {
+    /* Requests the store still owes a completion are orphaned, and freed
+     * by it; the rest (done, or waiting in blocking.c) are freed here. */
+    for (struct req *r = c->head, *next; r; r = next) {
+        next = r->next;
         r->c = NULL;
-        if (r->w) blocking_abandon(r->w);
+        if (r->w) {
+            blocking_abandon(r->w);
+            r->w = NULL;
+            req_free(r);
+        } else if (r->done) {
+            req_free(r);
+        }
     }
     c->head = c->tail = NULL;
     if (c->prev) c->prev->next = c->next;
@@ -101,11 +115,6 @@ struct buf *req_out(struct req *r) {
         return &scratch;
     }
     return r == r->c->head ? &r->c->out : &r->reply;
-}
-
-static void req_free(struct req *r) {
-    buf_free(&r->reply);
-    dq_free(r);
 }
 
 void req_done(struct req *r) {

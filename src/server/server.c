@@ -13,10 +13,12 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "lib/clock.h"
+#include "lib/htab.h"
 #include "lib/log.h"
 #include "lib/xalloc.h"
 #include "server/server.h"
@@ -102,6 +104,10 @@ int server_init(struct server *srv, struct config *cfg) {
     srv->cfg = *cfg;
     srv->started_ms = clock_ms();
     signal(SIGPIPE, SIG_IGN);
+
+    /* A secret hash key, so clients cannot choose ids that collide. */
+    unsigned char key[16];
+    if (getrandom(key, sizeof key, 0) == (ssize_t)sizeof key) htab_set_key(key);
 
     struct event_config *ec = event_config_new();
     event_config_set_flag(ec, EVENT_BASE_FLAG_PRECISE_TIMER);

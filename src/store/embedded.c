@@ -271,6 +271,16 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg) {
     }
 }
 
+/* Applies transitions already due before an operation that depends on the
+ * ready order, so a job due now queues before one added now. Leaves the
+ * engine flag set for the operation that follows. */
+static void catch_up(struct dq_store *s, int64_t now) {
+    s->in_engine = 1;
+    if (s->timer_at <= now && s->timer_at != INT64_MIN &&
+        !engine_advance(s->eng, now, ADVANCE_BUDGET))
+        s->timer_at = INT64_MAX; /* re-armed by after_change */
+}
+
 /* After every engine call that changes state. */
 static void after_change(struct dq_store *s) {
     s->in_engine = 0;
@@ -340,7 +350,7 @@ static void emb_add(struct dq_store *s, const struct dq_add *a,
     char idbuf[48];
     bool gen = a->id.len == 1 && a->id.p[0] == '*';
     int rc;
-    s->in_engine = 1;
+    catch_up(s, now);
     for (int tries = 0;; tries++) {
         if (gen) {
             if (now > s->id_ms) {
@@ -389,8 +399,9 @@ static void emb_reserve(struct dq_store *s, const struct dq_str *topics,
                         size_t ntopics, uint32_t count, dq_store_cb *cb,
                         void *pd) {
     if (count > DQ_COUNT_MAX) count = DQ_COUNT_MAX;
-    s->in_engine = 1;
-    int n = engine_reserve(s->eng, now_ms(s), topics, ntopics, count, s->jobs);
+    int64_t now = now_ms(s);
+    catch_up(s, now);
+    int n = engine_reserve(s->eng, now, topics, ntopics, count, s->jobs);
     struct pending *p = pend_push(s, cb, pd, DQ_OK);
     pend_jobs(s, p, s->jobs, n > 0 ? (size_t)n : 0);
     after_change(s);
@@ -437,7 +448,7 @@ static void emb_release(struct dq_store *s, struct dq_str topic,
 static void emb_kick(struct dq_store *s, struct dq_str topic, uint64_t count,
                      dq_store_cb *cb, void *pd) {
     s->in_engine = 1;
-    int64_t n = engine_kick(s->eng, topic, count);
+    int64_t n = engine_kick(s->eng, now_ms(s), topic, count);
     pend_push(s, cb, pd, DQ_OK)->n = n;
     after_change(s);
 }

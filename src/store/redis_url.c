@@ -1,5 +1,6 @@
 /* redis_url.c -- the Redis store's URL, key slots and shard tags (see
  * redis_url.h). */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,8 +9,12 @@
 
 #define TAG_WINDOW 128 /* slots a cluster shard tag may land in */
 
-static int fail(char *err, size_t errlen, const char *fmt, const char *what) {
-    snprintf(err, errlen, fmt, what);
+__attribute__((format(printf, 3, 4)))
+static int fail(char *err, size_t errlen, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
     return -1;
 }
 

@@ -654,7 +654,7 @@ static int apply(void *ud, const struct wal_rec *r, uint64_t off) {
         }
         return 0;
     case WAL_KICKALL:
-        rp->cnt.kicked += (uint64_t)engine_kick(e, r->job.topic, 0);
+        rp->cnt.kicked += (uint64_t)engine_kick(e, r->job.due, r->job.topic, 0);
         return 0;
     case WAL_PURGE:
         rp->cnt.deleted += (uint64_t)engine_purge(e, r->job.topic);
@@ -913,7 +913,6 @@ struct recov {
     struct wal_recovery *info;
     char *err;
     size_t errlen;
-    bool force_compact;   /* repair damaged a snapshot: write a new one */
 };
 
 /* Deletes the named logs from index i on (repair), reporting them. */
@@ -932,6 +931,39 @@ static void drop_later(struct recov *rc, const struct dirlist *dl, size_t i) {
     }
 }
 
+/* True if the file starts with a well-formed header that names another
+ * kind or number than its file name says (checked before replaying it). */
+static bool header_mismatch(const struct mapped *m, int kind, uint64_t seq) {
+    struct wal_scan sc;
+    if (m->len < WAL_HEADER_SIZE) return false;
+    wal_scan(m->p, WAL_HEADER_SIZE, NULL, NULL, &sc);
+    return sc.end == WAL_END_CLEAN && (sc.kind != kind || sc.seq != seq);
+}
+
+/* --repair of a damaged snapshot: cut it at `at` and end it there, so that
+ * it holds the jobs before the damage and opens cleanly from now on. */
+static int fix_snapshot(struct mapped *m, uint64_t seq, uint64_t at,
+                        const struct replay *rp) {
+    struct buf b = BUF_INIT;
+    if (at < WAL_HEADER_SIZE) {
+        at = 0;
+        wal_encode_header(&b, WAL_KIND_SNAPSHOT, seq);
+    }
+    if (!rp->snapend) {
+        struct wal_rec r = {.type = WAL_COUNTERS, .counters = rp->cnt};
+        wal_encode(&b, &r);
+        r = (struct wal_rec){.type = WAL_SNAPEND, .count = rp->snap_jobs};
+        wal_encode(&b, &r);
+    }
+    int rc = 0;
+    if (wal_io.ftruncate(m->fd, (off_t)at) != 0 ||
+        (b.len && write_all(m->fd, b.p, b.len, at) != 0) ||
+        wal_io.fdatasync(m->fd) != 0)
+        rc = -1;
+    buf_free(&b);
+    return rc;
+}
+
 /* Loads the snapshot, or fails. */
 static int load_snapshot(struct recov *rc, uint64_t seq) {
     struct wal *w = rc->w;
@@ -945,41 +977,52 @@ static int load_snapshot(struct recov *rc, uint64_t seq) {
         return -1;
     }
     struct wal_scan sc;
-    rc->rp.snapshot = true;
+    const char *why = NULL;
+    int stop = 0;
     rc->rp.snapend = false;
     rc->rp.snap_jobs = 0;
-    int stop = wal_scan(m.p, m.len, apply, &rc->rp, &sc);
-    rc->rp.snapshot = false;
-    rc->info->bytes += m.len;
-    const char *why = NULL;
-    if (stop) why = rc->rp.err;
-    else if (sc.end == WAL_END_BADHEADER) why = sc.why;
-    else if (sc.kind != WAL_KIND_SNAPSHOT || sc.seq != seq)
+    rc->rp.err = NULL;
+    if (header_mismatch(&m, WAL_KIND_SNAPSHOT, seq)) {
         why = "file header does not match the file name";
-    else if (sc.end != WAL_END_CLEAN) why = sc.why;
-    else if (!rc->rp.snapend) why = "snapshot has no end record";
+        sc.good = 0;
+    } else {
+        rc->rp.snapshot = true;
+        stop = wal_scan(m.p, m.len, apply, &rc->rp, &sc);
+        rc->rp.snapshot = false;
+        rc->info->bytes += m.len;
+        if (stop) why = rc->rp.err;
+        else if (sc.end != WAL_END_CLEAN) why = sc.why;
+        else if (!rc->rp.snapend) why = "snapshot has no end record";
+    }
     uint64_t at = sc.good;
-    unmap_file(&m);
-    if (!why) return 0;
+    int ret = 0;
+    if (!why) goto out;
     if (stop && rc->rp.fatal) {
         snprintf(rc->err, rc->errlen, "%s/%s: %s", w->dir, name, why);
-        return -1;
-    }
-    if (rc->rw && w->cfg.repair) {
+        ret = -1;
+    } else if (rc->rw && w->cfg.repair) {
         log_warn("repair: snapshot %s/%s is damaged at offset %" PRIu64
-                 " (%s): keeping the %" PRIu64
-                 " jobs before it and writing a new snapshot",
-                 w->dir, name, at, why, rc->rp.snap_jobs);
-        rc->info->dropped += file_size(w, name) - at;
-        rc->rp.snapend = false;
-        rc->force_compact = true;
-        return 0;
+                 " (%s): keeping the %" PRIu64 " jobs before it, dropping "
+                 "%zu bytes",
+                 w->dir, name, at, why, rc->rp.snap_jobs,
+                 m.len - (size_t)at);
+        rc->info->dropped += m.len - at;
+        if (fix_snapshot(&m, seq, at, &rc->rp) != 0) {
+            snprintf(rc->err, rc->errlen, "%s/%s: cannot repair: %s", w->dir,
+                     name, strerror(errno));
+            ret = -1;
+        }
+    } else {
+        snprintf(rc->err, rc->errlen,
+                 "%s/%s: damaged at offset %" PRIu64 ": %s (start with "
+                 "--repair to keep what precedes it)",
+                 w->dir, name, at, why);
+        ret = -1;
     }
-    snprintf(rc->err, rc->errlen,
-             "%s/%s: damaged at offset %" PRIu64 ": %s (start with --repair "
-             "to keep what precedes it)",
-             w->dir, name, at, why);
-    return -1;
+out:
+    unmap_file(&m);
+    rc->rp.snapend = false; /* segments follow */
+    return ret;
 }
 
 /* Replays one segment. last: it is the newest (a torn tail is expected
@@ -1000,11 +1043,18 @@ static int replay_log(struct recov *rc, uint64_t seq, bool last,
     size_t len = m.len;
     if (limit && limit < len) len = (size_t)limit;
     struct wal_scan sc;
-    int stop = wal_scan(m.p, len, apply, &rc->rp, &sc);
+    int ret = 0, stop = 0;
+    const char *why = NULL;
+    if (header_mismatch(&m, WAL_KIND_LOG, seq)) {
+        memset(&sc, 0, sizeof sc);
+        sc.end = WAL_END_BADHEADER;
+        snprintf(sc.why, sizeof sc.why,
+                 "file header does not match the file name");
+    } else {
+        stop = wal_scan(m.p, len, apply, &rc->rp, &sc);
+    }
     rc->info->bytes += len;
     *good = sc.good;
-    int ret = 0;
-    const char *why = NULL;
     if (stop) {
         snprintf(rc->err, rc->errlen, "%s/%s: offset %" PRIu64 ": %s",
                  w->dir, name, sc.good, rc->rp.err);
@@ -1019,10 +1069,6 @@ static int replay_log(struct recov *rc, uint64_t seq, bool last,
         if (write_header(&m, seq) != 0) goto ioerr;
         *good = WAL_HEADER_SIZE;
         goto out;
-    } else if (sc.end != WAL_END_BADHEADER && sc.good != 0 &&
-               (sc.kind != WAL_KIND_LOG || sc.seq != seq)) {
-        why = "file header does not match the file name";
-        sc.good = 0;
     } else if (sc.end == WAL_END_CLEAN) {
         if (rc->rw && sc.good < m.len && last) {
             log_info("%s/%s: removing %zu bytes of zeros after the last "
@@ -1195,7 +1241,6 @@ static int recover(struct wal *w, struct engine *e, int64_t now, bool rw,
     info->records = rc.rp.records;
     info->ms = mono_ms() - t0;
     ret = 0;
-    if (rc.force_compact) w->next_compact = -1; /* see wal_maybe_compact */
 out:
     dq_free(rc.rp.scratch);
     dirlist_free(&dl);
@@ -1378,9 +1423,7 @@ static int rotate(struct wal *w) {
 int wal_maybe_compact(struct wal *w, const struct engine *e, bool force) {
     if (!w || w->child > 0 || w->broken || w->len > 0) return 0;
     int64_t now = mono_ms();
-    if (w->next_compact == -1) {
-        force = true; /* a repaired snapshot must be rewritten */
-    } else if (!force) {
+    if (!force) {
         uint64_t min = w->cfg.compact_min ? w->cfg.compact_min
                                           : WAL_COMPACT_MIN_DEFAULT;
         if (w->log_bytes < min || w->log_bytes < w->snap_bytes) return 0;

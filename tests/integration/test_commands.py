@@ -516,3 +516,23 @@ def test_redis_py_execute_command(r):
     with pytest.raises(Exception) as ei:
         r.execute_command("ADD", "orders", "o-3", "x")
     assert str(ei.value).startswith("EXISTS")
+
+
+@pytest.mark.parametrize("args", [
+    ["GET", "bad topic", "a"], ["DEL", "bad topic", "a"], ["ACK", "bad/topic", "a"],
+    ["NACK", "bad topic", "a"], ["TOUCH", "bad topic", "a"], ["KICK", "bad topic"],
+    ["LIST", "bad topic", "ready"], ["PURGE", "bad topic"], ["STATS", "bad topic"],
+    ["RESERVE", "TIMEOUT", 0, "FROM", "ok", "bad topic"],
+])
+def test_invalid_topic_rejected_by_every_command(c, args):
+    assert_err(c.call(*args), "ERR", "topic")
+
+
+@pytest.mark.parametrize("cmd", ["GET", "DEL", "ACK", "NACK", "TOUCH"])
+def test_invalid_id_rejected(c, cmd):
+    assert_err(c.call(cmd, "t", "bad id"), "ERR", "id")
+
+
+def test_stats_of_unknown_topic_is_zeros(c):
+    rep = c.call("STATS", "never-used")
+    assert keys_of(rep) == STATS_KEYS and all(v == 0 for v in rep[1::2])

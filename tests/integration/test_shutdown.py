@@ -1,6 +1,7 @@
 """Graceful stop (DESIGN §4): SIGTERM/SIGINT stop accepting, finish what is in flight, exit 0."""
 
 import signal
+import threading
 import time
 
 import pytest
@@ -32,29 +33,57 @@ def test_stop_with_clients_connected(server, sig):
         k.close()
 
 
+def burst_then_sigterm(server, n, wait_first_reply):
+    c = RespConn(server.port, timeout=10)
+    data = b"".join(encode_command("ADD", "burst", "j%d" % i, "x" * 32) for i in range(n))
+    th = threading.Thread(target=_sendall_quiet, args=(c.sock, data))
+    th.start()
+    got = []
+    if wait_first_reply:
+        got.append(c.read(timeout=5))  # the server is in the middle of the burst
+    else:
+        time.sleep(0.02)  # the burst is on the wire
+    server.proc.send_signal(signal.SIGTERM)
+    try:
+        for _ in range(n - len(got)):
+            got.append(c.read(timeout=5))
+    except (ConnectionClosed, OSError):
+        pass
+    assert c.wait_closed(5)
+    th.join(5)
+    assert server.proc.wait(5) == 0
+    c.close()
+    # every reply is whole and in order: the ones received are a prefix of the requests
+    assert got == [b"j%d" % i for i in range(len(got))], got[:5]
+    return got
+
+
+def _sendall_quiet(sock, data):
+    try:
+        sock.sendall(data)
+    except OSError:
+        pass
+
+
 def test_pipelined_burst_before_sigterm_gets_replies(server):
     n = 2000
-    c = RespConn(server.port, timeout=10)
-    c.send_raw(b"".join(encode_command("ADD", "burst", "j%d" % i, "x" * 32) for i in range(n)))
-    time.sleep(0.02)  # the burst is on the wire / being processed
-    server.proc.send_signal(signal.SIGTERM)
-    got = []
-    try:
-        for _ in range(n):
-            got.append(c.read(timeout=5))
-    except ConnectionClosed:
-        pass
-    assert got == [b"j%d" % i for i in range(n)], "only %d of %d replies before close" % (len(got), n)
-    assert c.wait_closed(5)
-    rc = server.proc.wait(5)
-    assert rc == 0
-    c.close()
-    # what was acknowledged survives the restart
+    got = burst_then_sigterm(server, n, wait_first_reply=False)
+    assert len(got) == n, "only %d of %d replies before close" % (len(got), n)
+
+
+def test_sigterm_in_the_middle_of_a_burst(server):
+    got = burst_then_sigterm(server, 30000, wait_first_reply=True)
+    assert len(got) >= 1
+
+
+def test_graceful_stop_keeps_acknowledged_jobs(server):
+    n = 2000
+    got = burst_then_sigterm(server, n, wait_first_reply=False)
     server.start()
     c = RespConn(server.port)
     s = pairs(c.call("STATS", "burst"))
-    assert s["jobs_ready"] == n, s
-    assert pairs(c.call("GET", "burst", "j%d" % (n - 1)))["body"] == b"x" * 32
+    assert s["jobs_ready"] == len(got), s
+    assert pairs(c.call("GET", "burst", "j%d" % (len(got) - 1)))["body"] == b"x" * 32
     c.close()
 
 

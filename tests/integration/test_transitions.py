@@ -259,6 +259,29 @@ def test_kick_moves_dead_to_ready_and_resets_attempts(c):
     assert len(got) == 3 and all(j[3] == 1 for j in got)
 
 
+def test_kicked_job_order_matches_its_due(c):
+    # "oldest due first": whatever due a kicked job gets, RESERVE must agree with GET
+    make_dead(c, "t", "a")
+    time.sleep(0.01)
+    c.call("ADD", "t", "b", "x")
+    time.sleep(0.01)
+    assert c.call("KICK", "t") == 1
+    dues = {j: get(c, "t", j)["due"] for j in ("a", "b")}
+    got = [j[1].decode() for j in reserve(c, "t", count=2)]
+    assert got == sorted(got, key=dues.get), "handed out %r but GET says due %r" % (got, dues)
+
+
+def test_expired_job_order_matches_its_due(c):
+    c.call("ADD", "t", "a", "x", "TTR", 30)
+    reserve(c, "t")
+    time.sleep(0.005)
+    c.call("ADD", "t", "b", "x")
+    wait_state(c, "t", "a", b"ready")
+    dues = {j: get(c, "t", j)["due"] for j in ("a", "b")}
+    got = [j[1].decode() for j in reserve(c, "t", count=2)]
+    assert got == sorted(got, key=dues.get), "handed out %r but GET says due %r" % (got, dues)
+
+
 def test_kick_does_not_touch_other_states(c):
     c.call("ADD", "t", "r", "x")
     c.call("ADD", "t", "d", "x", "DELAY", 60000)

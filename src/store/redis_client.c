@@ -1,0 +1,707 @@
+/* redis_client.c -- connections, deadlines and cluster routing for the
+ * Redis store (see redis_client.h).
+ *
+ * Every command is a `struct rcall` that lives until its callback ran. Calls
+ * in flight on a connection are linked in send order; Redis answers in
+ * order, so when the oldest is past its deadline the connection is stuck
+ * (or Redis is) and is closed, which completes every call on it.
+ */
+#include <errno.h>
+#include <event2/event.h>
+#include <hiredis/async.h>
+#include <hiredis/hiredis.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wstrict-prototypes"
+#pragma GCC diagnostic ignored "-Wmissing-prototypes"
+#include <hiredis/adapters/libevent.h>
+#pragma GCC diagnostic pop
+
+#include "lib/log.h"
+#include "lib/xalloc.h"
+#include "store/redis_client.h"
+
+#define CONNECT_TIMEOUT_US 1500000
+#define BACKOFF_MIN_MS 100
+#define BACKOFF_MAX_MS 2000
+#define TICK_MS 50
+#define MAX_REDIRECTS 5
+#define REFRESH_EVERY_US 10000000 /* slot map refresh without a MOVED */
+
+enum cstate { C_DOWN, C_CONNECTING, C_UP };
+
+struct rconn;
+
+struct rcall {
+    struct rcall *prev, *next; /* in conn's in-flight list */
+    struct rcli *cli;
+    struct rconn *conn;
+    rcli_cb *cb;
+    void *pd;
+    int slot;
+    int argc;
+    enum rcli_kind kind;
+    int redirects;
+    bool eval;   /* send the source (EVAL), not the SHA */
+    bool linked;
+    char *cmd;
+    size_t len;
+    int64_t deadline;
+};
+
+struct rconn {
+    struct rcli *cli;
+    struct rconn *next; /* in cli->conns */
+    char host[REDIS_URL_HOST_MAX + 1];
+    int port;
+    bool sub;           /* the subscriber */
+    enum cstate state;
+    redisAsyncContext *ac;
+    struct event *retry_ev;
+    int backoff_ms;
+    int64_t connect_deadline;
+    struct rcall *head, *tail;
+    size_t inflight;
+    uint64_t calls; /* commands sent, for INFO */
+    bool handshaken;    /* SCRIPT LOAD answered since the last connect */
+};
+
+struct rcli {
+    struct rcli_config cfg;
+    struct redis_url url;
+    char *channel;
+    struct event_base *base;
+    struct event *tick_ev;
+    struct rconn *conns;   /* data connections */
+    struct rconn *sub;     /* subscriber, or NULL */
+    size_t sub_seed;       /* which seed the subscriber uses */
+    char sha[41];          /* "" until SCRIPT LOAD answered */
+    size_t srclen;
+    bool closing;
+    /* cluster */
+    struct rconn **slots;  /* REDIS_SLOTS entries, or NULL when standalone */
+    bool map_loaded;
+    bool refreshing;
+    bool refresh_wanted;
+    int64_t last_refresh;
+    unsigned masters;
+};
+
+int64_t rcli_now_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static void conn_connect(struct rconn *n);
+static void dispatch(struct rcli *c, struct rcall *k, struct rconn *to,
+                     bool asking);
+static void refresh_map(struct rcli *c);
+
+/* --- RESP building -------------------------------------------------------- */
+
+static size_t put_bulk(char *out, const char *p, size_t len) {
+    int n = sprintf(out, "$%zu\r\n", len);
+    memcpy(out + n, p, len);
+    memcpy(out + n + len, "\r\n", 2);
+    return (size_t)n + len + 2;
+}
+
+/* A RAW call of a few short arguments. */
+static void send_simple(struct rcli *c, struct rconn *to, int slot,
+                        int64_t deadline, rcli_cb *cb, void *pd, int argc,
+                        const char **argv, const size_t *lens) {
+    size_t total = 0;
+    for (int i = 0; i < argc; i++) total += lens[i] + 32;
+    char *cmd = xmalloc(total);
+    size_t off = 0;
+    for (int i = 0; i < argc; i++) off += put_bulk(cmd + off, argv[i], lens[i]);
+    struct rcall *k = xcalloc(1, sizeof *k);
+    k->cli = c;
+    k->cb = cb;
+    k->pd = pd;
+    k->slot = slot;
+    k->argc = argc;
+    k->kind = RCLI_RAW;
+    k->cmd = cmd;
+    k->len = off;
+    k->deadline = deadline;
+    dispatch(c, k, to, false);
+}
+
+/* --- calls -------------------------------------------------------------- */
+
+static void call_unlink(struct rcall *k) {
+    if (!k->linked) return;
+    struct rconn *n = k->conn;
+    if (k->prev) k->prev->next = k->next;
+    else n->head = k->next;
+    if (k->next) k->next->prev = k->prev;
+    else n->tail = k->prev;
+    k->prev = k->next = NULL;
+    k->linked = false;
+    n->inflight--;
+}
+
+static void call_finish(struct rcall *k, redisReply *r, const char *err) {
+    rcli_cb *cb = k->cb;
+    void *pd = k->pd;
+    dq_free(k->cmd);
+    dq_free(k);
+    if (cb) cb(pd, r, err);
+}
+
+/* --- connections -------------------------------------------------------- */
+
+static void conn_schedule(struct rconn *n) {
+    if (n->cli->closing) return;
+    struct timeval tv = {n->backoff_ms / 1000, (n->backoff_ms % 1000) * 1000};
+    event_add(n->retry_ev, &tv);
+    n->backoff_ms *= 2;
+    if (n->backoff_ms > BACKOFF_MAX_MS) n->backoff_ms = BACKOFF_MAX_MS;
+}
+
+/* The connection is gone (hiredis frees or has freed the context). */
+static void conn_down(struct rconn *n, const char *why) {
+    if (n->state == C_DOWN) return;
+    bool was_up = n->state == C_UP;
+    n->state = C_DOWN;
+    n->ac = NULL;
+    n->handshaken = false;
+    if (!n->cli->closing) {
+        if (was_up)
+            log_warn("redis %s:%d: connection lost (%s)", n->host, n->port, why);
+        else
+            log_debug("redis %s:%d: cannot connect (%s)", n->host, n->port, why);
+    }
+    if (n->sub) n->cli->sub_seed++;
+    else if (n->cli->slots) n->cli->refresh_wanted = true;
+    conn_schedule(n);
+}
+
+/* Closes a live connection on our initiative: every call on it completes
+ * with reply NULL. Not to be called from inside one of its callbacks. */
+static void conn_kill(struct rconn *n, const char *why) {
+    redisAsyncContext *ac = n->ac;
+    conn_down(n, why);
+    if (ac) {
+        ac->data = NULL;
+        redisAsyncFree(ac);
+    }
+}
+
+static void on_connect(const redisAsyncContext *ac, int status) {
+    struct rconn *n = ac->data;
+    if (!n) return;
+    if (status != REDIS_OK) {
+        conn_down(n, ac->errstr);
+        return;
+    }
+    n->state = C_UP;
+}
+
+static void on_disconnect(const redisAsyncContext *ac, int status) {
+    struct rconn *n = ac->data;
+    if (!n || n->ac != ac) return;
+    conn_down(n, status == REDIS_OK ? "closed" : ac->errstr);
+}
+
+static void retry_cb(evutil_socket_t fd, short what, void *arg) {
+    conn_connect(arg);
+}
+
+static void noop_cb(void *pd, redisReply *r, const char *err) {}
+
+static void auth_cb(void *pd, redisReply *r, const char *err) {
+    struct rconn *n = pd;
+    if (r && r->type == REDIS_REPLY_ERROR)
+        log_error("redis %s:%d: AUTH failed: %s", n->host, n->port, r->str);
+}
+
+static void select_cb(void *pd, redisReply *r, const char *err) {
+    struct rconn *n = pd;
+    if (r && r->type == REDIS_REPLY_ERROR)
+        log_error("redis %s:%d: SELECT failed: %s", n->host, n->port, r->str);
+}
+
+static void script_load_cb(void *pd, redisReply *r, const char *err) {
+    struct rconn *n = pd;
+    struct rcli *c = n->cli;
+    if (!r) return;
+    if (r->type != REDIS_REPLY_STRING || r->len != 40) {
+        log_error("redis %s:%d: SCRIPT LOAD failed: %s", n->host, n->port,
+                  r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+        return;
+    }
+    memcpy(c->sha, r->str, 40);
+    c->sha[40] = '\0';
+    n->handshaken = true;
+    n->backoff_ms = BACKOFF_MIN_MS;
+    log_info("redis %s:%d: connected", n->host, n->port);
+    if (c->slots) {
+        /* a master came (back): its slots may have moved meanwhile */
+        if (!c->map_loaded || !c->refreshing) refresh_map(c);
+        if (c->map_loaded && c->cfg.on_up) c->cfg.on_up(c->cfg.ud);
+    } else if (c->cfg.on_up) {
+        c->cfg.on_up(c->cfg.ud);
+    }
+}
+
+static void message_cb(redisAsyncContext *ac, void *reply, void *pd) {
+    struct rconn *n = ac->data;
+    redisReply *r = reply;
+    if (!n || !r || r->type != REDIS_REPLY_ARRAY || r->elements < 3) return;
+    redisReply *kind = r->element[0];
+    if (kind->type != REDIS_REPLY_STRING) return;
+    if (strcmp(kind->str, "subscribe") == 0) {
+        n->backoff_ms = BACKOFF_MIN_MS;
+        log_debug("redis %s:%d: subscribed", n->host, n->port);
+        /* messages may have been missed while it was down */
+        if (n->cli->cfg.on_up && rcli_ready(n->cli)) n->cli->cfg.on_up(n->cli->cfg.ud);
+        return;
+    }
+    if (strcmp(kind->str, "message") != 0) return;
+    redisReply *msg = r->element[2];
+    if (msg->type == REDIS_REPLY_STRING && n->cli->cfg.on_message)
+        n->cli->cfg.on_message(n->cli->cfg.ud, msg->str, msg->len);
+}
+
+static void conn_connect(struct rconn *n) {
+    struct rcli *c = n->cli;
+    if (c->closing || n->state != C_DOWN) return;
+    if (n->sub) { /* follow the seeds round robin */
+        size_t i = c->sub_seed % c->url.nhosts;
+        snprintf(n->host, sizeof n->host, "%s", c->url.hosts[i].host);
+        n->port = c->url.hosts[i].port;
+    }
+    redisAsyncContext *ac = redisAsyncConnect(n->host, n->port);
+    if (!ac || ac->err) {
+        log_debug("redis %s:%d: cannot connect (%s)", n->host, n->port,
+                  ac ? ac->errstr : "out of memory");
+        if (ac) redisAsyncFree(ac);
+        conn_schedule(n);
+        return;
+    }
+    ac->data = n;
+    if (redisLibeventAttach(ac, c->base) != REDIS_OK) {
+        redisAsyncFree(ac);
+        conn_schedule(n);
+        return;
+    }
+    redisAsyncSetConnectCallback(ac, on_connect);
+    redisAsyncSetDisconnectCallback(ac, on_disconnect);
+    n->ac = ac;
+    n->state = C_CONNECTING;
+    n->connect_deadline = rcli_now_us() + CONNECT_TIMEOUT_US;
+    int64_t dl = n->connect_deadline;
+    if (c->url.password[0]) {
+        const char *av[3] = {"AUTH", c->url.user, c->url.password};
+        size_t al[3] = {4, strlen(c->url.user), strlen(c->url.password)};
+        if (c->url.user[0]) send_simple(c, n, -1, dl, auth_cb, n, 3, av, al);
+        else {
+            av[1] = c->url.password;
+            al[1] = al[2];
+            send_simple(c, n, -1, dl, auth_cb, n, 2, av, al);
+        }
+        if (n->state == C_DOWN) return;
+    }
+    if (n->sub) {
+        redisAsyncCommand(ac, message_cb, NULL, "SUBSCRIBE %s", c->channel);
+        return;
+    }
+    if (c->url.db && !c->slots) {
+        char db[16];
+        int dlen = snprintf(db, sizeof db, "%d", c->url.db);
+        const char *av[2] = {"SELECT", db};
+        size_t al[2] = {6, (size_t)dlen};
+        send_simple(c, n, -1, dl, select_cb, n, 2, av, al);
+        if (n->state == C_DOWN) return;
+    }
+    const char *av[3] = {"SCRIPT", "LOAD", c->cfg.script};
+    size_t al[3] = {6, 4, c->srclen};
+    send_simple(c, n, -1, dl, script_load_cb, n, 3, av, al);
+}
+
+static struct rconn *conn_new(struct rcli *c, const char *host, int port,
+                              bool sub) {
+    struct rconn *n = xcalloc(1, sizeof *n);
+    n->cli = c;
+    snprintf(n->host, sizeof n->host, "%s", host);
+    n->port = port;
+    n->sub = sub;
+    n->state = C_DOWN;
+    n->backoff_ms = BACKOFF_MIN_MS;
+    n->retry_ev = evtimer_new(c->base, retry_cb, n);
+    if (!sub) {
+        n->next = c->conns;
+        c->conns = n;
+    }
+    return n;
+}
+
+/* The data connection to host:port, made (and connecting) if new. */
+static struct rconn *conn_get(struct rcli *c, const char *host, int port) {
+    for (struct rconn *n = c->conns; n; n = n->next)
+        if (n->port == port && strcmp(n->host, host) == 0) return n;
+    struct rconn *n = conn_new(c, host, port, false);
+    conn_connect(n);
+    return n;
+}
+
+/* --- routing and sending ---------------------------------------------------- */
+
+static struct rconn *route(struct rcli *c, int slot) {
+    if (!c->slots) return c->conns;
+    if (slot >= 0 && c->map_loaded && c->slots[slot]) return c->slots[slot];
+    /* no map yet: any live node answers MOVED if it is the wrong one */
+    struct rconn *best = NULL;
+    for (struct rconn *n = c->conns; n; n = n->next) {
+        if (n->state == C_UP && n->handshaken) return n;
+        if (n->state != C_DOWN && !best) best = n;
+    }
+    return best ? best : c->conns;
+}
+
+static void reply_cb(redisAsyncContext *ac, void *reply, void *pd);
+
+static void dispatch(struct rcli *c, struct rcall *k, struct rconn *to,
+                     bool asking) {
+    struct rconn *n = to ? to : route(c, k->slot);
+    if (!n || n->state == C_DOWN || !n->ac) {
+        if (c->slots) c->refresh_wanted = true;
+        call_finish(k, NULL, "Redis is not connected");
+        return;
+    }
+    if (asking) {
+        const char *av[1] = {"ASKING"};
+        size_t al[1] = {6};
+        send_simple(c, n, -1, k->deadline, noop_cb, NULL, 1, av, al);
+        if (n->state == C_DOWN || !n->ac) {
+            call_finish(k, NULL, "Redis is not connected");
+            return;
+        }
+    }
+    char head[128];
+    size_t hlen;
+    const char *h2 = NULL;
+    size_t h2len = 0;
+    if (k->kind == RCLI_RAW) {
+        hlen = (size_t)sprintf(head, "*%d\r\n", k->argc);
+    } else if (!k->eval && c->sha[0]) {
+        hlen = (size_t)sprintf(head, "*%d\r\n$7\r\nEVALSHA\r\n$40\r\n%s\r\n",
+                               k->argc + 2, c->sha);
+    } else {
+        hlen = (size_t)sprintf(head, "*%d\r\n$4\r\nEVAL\r\n$%zu\r\n", k->argc + 2,
+                               c->srclen);
+        h2 = c->cfg.script;
+        h2len = c->srclen;
+    }
+    size_t total = hlen + (h2 ? h2len + 2 : 0) + k->len;
+    char *full = xmalloc(total);
+    memcpy(full, head, hlen);
+    size_t off = hlen;
+    if (h2) {
+        memcpy(full + off, h2, h2len);
+        memcpy(full + off + h2len, "\r\n", 2);
+        off += h2len + 2;
+    }
+    memcpy(full + off, k->cmd, k->len);
+    int rc = redisAsyncFormattedCommand(n->ac, reply_cb, k, full, total);
+    dq_free(full);
+    if (rc != REDIS_OK) {
+        call_finish(k, NULL, "Redis connection is closing");
+        return;
+    }
+    n->calls++;
+    k->conn = n;
+    k->linked = true;
+    k->prev = n->tail;
+    k->next = NULL;
+    if (n->tail) n->tail->next = k;
+    else n->head = k;
+    n->tail = k;
+    n->inflight++;
+}
+
+/* "MOVED 3999 127.0.0.1:6381" -> slot and address. */
+static int parse_redirect(const char *s, int *slot, char *host, size_t hcap,
+                          int *port) {
+    const char *sp = strchr(s, ' ');
+    if (!sp) return -1;
+    *slot = atoi(sp + 1);
+    const char *addr = strchr(sp + 1, ' ');
+    if (!addr) return -1;
+    addr++;
+    const char *colon = strrchr(addr, ':');
+    if (!colon || colon == addr || (size_t)(colon - addr) >= hcap) return -1;
+    memcpy(host, addr, (size_t)(colon - addr));
+    host[colon - addr] = '\0';
+    *port = atoi(colon + 1);
+    if (*slot < 0 || *slot >= REDIS_SLOTS || *port <= 0) return -1;
+    return 0;
+}
+
+static void reply_cb(redisAsyncContext *ac, void *reply, void *pd) {
+    struct rcall *k = pd;
+    struct rconn *n = k->conn;
+    struct rcli *c = k->cli;
+    redisReply *r = reply;
+    call_unlink(k);
+    if (!r) {
+        conn_down(n, ac->errstr[0] ? ac->errstr : "closed");
+        call_finish(k, NULL, "Redis connection lost");
+        return;
+    }
+    if (r->type == REDIS_REPLY_ERROR && k->redirects < MAX_REDIRECTS &&
+        !c->closing) {
+        if (strncmp(r->str, "NOSCRIPT", 8) == 0 && k->kind == RCLI_SCRIPT) {
+            k->redirects++;
+            k->eval = true;
+            dispatch(c, k, n, false);
+            return;
+        }
+        bool moved = strncmp(r->str, "MOVED ", 6) == 0;
+        if (moved || strncmp(r->str, "ASK ", 4) == 0) {
+            int slot, port;
+            char host[REDIS_URL_HOST_MAX + 1];
+            if (parse_redirect(r->str, &slot, host, sizeof host, &port) == 0) {
+                if (host[0] == '\0') snprintf(host, sizeof host, "%s", n->host);
+                struct rconn *to = conn_get(c, host, port);
+                k->redirects++;
+                if (moved && c->slots) {
+                    c->slots[slot] = to;
+                    c->refresh_wanted = true;
+                }
+                dispatch(c, k, to, !moved);
+                return;
+            }
+        }
+    }
+    call_finish(k, r, NULL);
+}
+
+/* --- the cluster slot map ----------------------------------------------- */
+
+static void slots_cb(void *pd, redisReply *r, const char *err) {
+    struct rcli *c = pd;
+    c->refreshing = false;
+    if (c->closing) return;
+    if (!r || r->type != REDIS_REPLY_ARRAY) {
+        c->refresh_wanted = true;
+        if (r) log_warn("redis cluster: CLUSTER SLOTS failed: %s",
+                        r->type == REDIS_REPLY_ERROR ? r->str : "bad reply");
+        return;
+    }
+    static struct rconn *next[REDIS_SLOTS];
+    memset(next, 0, sizeof next);
+    size_t covered = 0;
+    for (size_t i = 0; i < r->elements; i++) {
+        redisReply *e = r->element[i];
+        if (e->type != REDIS_REPLY_ARRAY || e->elements < 3) continue;
+        redisReply *m = e->element[2];
+        if (e->element[0]->type != REDIS_REPLY_INTEGER ||
+            e->element[1]->type != REDIS_REPLY_INTEGER ||
+            m->type != REDIS_REPLY_ARRAY || m->elements < 2 ||
+            m->element[0]->type != REDIS_REPLY_STRING ||
+            m->element[1]->type != REDIS_REPLY_INTEGER)
+            continue;
+        long long lo = e->element[0]->integer, hi = e->element[1]->integer;
+        if (lo < 0 || hi >= REDIS_SLOTS || lo > hi) continue;
+        const char *host = m->element[0]->str;
+        if (host[0] == '\0' || strcmp(host, "?") == 0) host = c->url.hosts[0].host;
+        struct rconn *to = conn_get(c, host, (int)m->element[1]->integer);
+        for (long long s = lo; s <= hi; s++) next[s] = to;
+        covered += (size_t)(hi - lo + 1);
+    }
+    if (covered == 0) {
+        log_warn("redis cluster: CLUSTER SLOTS returned no slots");
+        c->refresh_wanted = true;
+        return;
+    }
+    unsigned masters = 0;
+    for (struct rconn *n = c->conns; n; n = n->next)
+        for (size_t s = 0; s < REDIS_SLOTS; s++)
+            if (next[s] == n) {
+                masters++;
+                break;
+            }
+    bool first = !c->map_loaded;
+    memcpy(c->slots, next, sizeof next);
+    c->masters = masters;
+    c->map_loaded = true;
+    c->refresh_wanted = false;
+    if (first)
+        log_info("redis cluster: %u masters, %zu of %d slots covered", masters,
+                 covered, REDIS_SLOTS);
+    if (first && c->cfg.on_up) c->cfg.on_up(c->cfg.ud);
+}
+
+static void refresh_map(struct rcli *c) {
+    if (!c->slots || c->refreshing || c->closing) return;
+    struct rconn *to = NULL;
+    for (struct rconn *n = c->conns; n && !to; n = n->next)
+        if (n->state == C_UP && n->handshaken) to = n;
+    for (struct rconn *n = c->conns; n && !to; n = n->next)
+        if (n->state == C_CONNECTING) to = n;
+    if (!to) return;
+    c->refreshing = true;
+    c->last_refresh = rcli_now_us();
+    const char *av[2] = {"CLUSTER", "SLOTS"};
+    size_t al[2] = {7, 5};
+    send_simple(c, to, -1, c->last_refresh + CONNECT_TIMEOUT_US, slots_cb, c, 2,
+                av, al);
+}
+
+/* --- the tick: deadlines, connect timeouts, map refreshes ---------------- */
+
+static void tick_cb(evutil_socket_t fd, short what, void *arg) {
+    struct rcli *c = arg;
+    int64_t now = rcli_now_us();
+    for (struct rconn *n = c->conns; n; n = n->next) {
+        if (n->state == C_CONNECTING && now > n->connect_deadline && !n->handshaken)
+            conn_kill(n, "connect timeout");
+        else if (n->state != C_DOWN && n->head && now > n->head->deadline)
+            conn_kill(n, "no reply in time");
+    }
+    if (c->sub && c->sub->state == C_CONNECTING && now > c->sub->connect_deadline)
+        conn_kill(c->sub, "connect timeout");
+    if (c->slots && !c->refreshing &&
+        (c->refresh_wanted || now - c->last_refresh > REFRESH_EVERY_US))
+        refresh_map(c);
+}
+
+/* --- public ------------------------------------------------------------- */
+
+struct rcli *rcli_new(const struct rcli_config *cfg, char *err, size_t errlen) {
+    struct rcli *c = xcalloc(1, sizeof *c);
+    c->cfg = *cfg;
+    c->url = *cfg->url;
+    c->base = cfg->base;
+    c->srclen = strlen(cfg->script);
+    c->tick_ev = event_new(c->base, -1, EV_PERSIST, tick_cb, c);
+    if (!c->tick_ev) {
+        snprintf(err, errlen, "cannot create the Redis client's timer");
+        dq_free(c);
+        return NULL;
+    }
+    struct timeval tv = {0, TICK_MS * 1000};
+    event_add(c->tick_ev, &tv);
+    if (c->url.cluster) c->slots = xcalloc(REDIS_SLOTS, sizeof *c->slots);
+    /* seeds (the standalone node is the one seed); connect in URL order */
+    for (size_t i = c->url.nhosts; i-- > 0;)
+        conn_new(c, c->url.hosts[i].host, c->url.hosts[i].port, false);
+    for (struct rconn *n = c->conns; n; n = n->next) conn_connect(n);
+    if (cfg->channel) {
+        c->channel = xstrndup(cfg->channel, strlen(cfg->channel));
+        c->sub = conn_new(c, c->url.hosts[0].host, c->url.hosts[0].port, true);
+        conn_connect(c->sub);
+    }
+    return c;
+}
+
+/* Drives the connections' I/O by hand until nothing is in flight. */
+static void drain(struct rcli *c, int ms) {
+    int64_t end = rcli_now_us() + (int64_t)ms * 1000;
+    for (;;) {
+        struct pollfd fds[64];
+        struct rconn *who[64];
+        nfds_t nf = 0;
+        for (struct rconn *n = c->conns; n && nf < 64; n = n->next) {
+            if (!n->ac || !n->head) continue;
+            fds[nf].fd = n->ac->c.fd;
+            fds[nf].events = POLLIN | (sdslen(n->ac->c.obuf) ? POLLOUT : 0);
+            fds[nf].revents = 0;
+            if (n->state == C_CONNECTING) fds[nf].events |= POLLOUT;
+            who[nf++] = n;
+        }
+        int64_t left = end - rcli_now_us();
+        if (nf == 0 || left <= 0) return;
+        int rc = poll(fds, nf, (int)(left / 1000) + 1);
+        if (rc < 0 && errno != EINTR) return;
+        for (nfds_t i = 0; i < nf; i++) {
+            struct rconn *n = who[i];
+            if (!fds[i].revents || !n->ac) continue;
+            redisAsyncContext *ac = n->ac;
+            if (fds[i].revents & POLLOUT) redisAsyncHandleWrite(ac);
+            if (n->ac == ac && (fds[i].revents & (POLLIN | POLLERR | POLLHUP)))
+                redisAsyncHandleRead(ac);
+        }
+    }
+}
+
+void rcli_free(struct rcli *c, int drain_ms) {
+    if (!c) return;
+    if (drain_ms > 0) drain(c, drain_ms);
+    c->closing = true;
+    struct rconn *all = c->conns;
+    if (c->sub) {
+        c->sub->next = all;
+        all = c->sub;
+    }
+    for (struct rconn *n = all; n; n = n->next)
+        if (n->ac) conn_kill(n, "closing");
+    while (all) {
+        struct rconn *n = all;
+        all = n->next;
+        event_free(n->retry_ev);
+        dq_free(n);
+    }
+    event_free(c->tick_ev);
+    dq_free(c->slots);
+    dq_free(c->channel);
+    dq_free(c);
+}
+
+void rcli_send(struct rcli *c, int slot, enum rcli_kind kind, int argc,
+               char *cmd, size_t len, int64_t deadline_us, rcli_cb *cb,
+               void *pd) {
+    struct rcall *k = xcalloc(1, sizeof *k);
+    k->cli = c;
+    k->cb = cb;
+    k->pd = pd;
+    k->slot = slot;
+    k->argc = argc;
+    k->kind = kind;
+    k->cmd = cmd;
+    k->len = len;
+    k->deadline = deadline_us;
+    if (c->closing) {
+        call_finish(k, NULL, "closing");
+        return;
+    }
+    dispatch(c, k, NULL, false);
+}
+
+bool rcli_ready(const struct rcli *c) {
+    if (c->slots) return c->map_loaded;
+    return c->conns && c->conns->state == C_UP && c->conns->handshaken;
+}
+
+unsigned rcli_masters(const struct rcli *c) {
+    return c->slots ? c->masters : 1;
+}
+
+void rcli_info(const struct rcli *c,
+               void (*emit)(void *ud, const char *name, const char *value),
+               void *ud) {
+    char name[64], v[REDIS_URL_HOST_MAX + 64];
+    int i = 0;
+    static const char *const states[] = {"down", "connecting", "up"};
+    for (const struct rconn *n = c->conns; n; n = n->next, i++) {
+        snprintf(name, sizeof name, "store_redis_node%d", i);
+        snprintf(v, sizeof v, "%s:%d,state=%s,calls=%" PRIu64 ",inflight=%zu",
+                 n->host, n->port, states[n->state], n->calls, n->inflight);
+        emit(ud, name, v);
+    }
+    if (c->sub) {
+        snprintf(v, sizeof v, "%s:%d,state=%s", c->sub->host, c->sub->port,
+                 states[c->sub->state]);
+        emit(ud, "store_redis_subscriber", v);
+    }
+}
