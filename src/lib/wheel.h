@@ -40,6 +40,9 @@ struct wheel {
     int pending;    /* slot being cascaded down, or -1 */
     uint64_t occupied[WHEEL_LEVELS];
     struct wheel_node slot[WHEEL_LEVELS * WHEEL_SLOTS]; /* list heads */
+    /* Bounds of the times in each occupied slot: every timer in slot i has
+     * lo[i] <= when <= hi[i] (deletions leave them loose, never wrong). */
+    int64_t lo[WHEEL_LEVELS * WHEEL_SLOTS], hi[WHEEL_LEVELS * WHEEL_SLOTS];
 };
 
 /* Return values of wheel_due. */
@@ -64,11 +67,10 @@ int wheel_due(struct wheel *w, int64_t now, uint32_t *work,
               struct wheel_node **out);
 
 /* The time at which wheel_due will next find a timer, or INT64_MAX if the
- * wheel is empty. Never later than the earliest timer. Exact when that timer
- * is in the current time's 64 ms block (level 0) or shares its slot with at
- * most 16 timers; otherwise the start of its slot, which is earlier: calling
- * wheel_due at that time cascades the slot and the next answer is closer
- * (at most one such early wake-up per level). */
+ * wheel is empty. Never later than the earliest timer: it is the lower
+ * bound of the first occupied slot, exact unless a deletion loosened it;
+ * calling wheel_due at that time cascades the slot and the next answer is
+ * exact. */
 int64_t wheel_next(const struct wheel *w);
 
 static inline uint64_t wheel_count(const struct wheel *w) { return w->count; }

@@ -1,10 +1,16 @@
 /* redis_client.c -- connections, deadlines and cluster routing for the
  * Redis store (see redis_client.h).
  *
- * Every command is a `struct rcall` that lives until its callback ran. Calls
- * in flight on a connection are linked in send order; Redis answers in
- * order, so when the oldest is past its deadline the connection is stuck
- * (or Redis is) and is closed, which completes every call on it.
+ * Every command is a `struct rcall` that lives until Redis answered it or
+ * its connection closed. At most MAX_INFLIGHT calls are in flight on a
+ * connection; the others wait in its queue. That keeps Redis's own backlog
+ * short, so one client's flood (say thousands of GETs of big bodies) cannot
+ * make Redis spend seconds producing output before it sends any.
+ *
+ * Deadlines: a call whose deadline passes completes as unavailable at once
+ * (queued: dropped; in flight: abandoned, its reply ignored when it comes).
+ * A connection whose oldest call has waited STUCK_US for a reply is closed
+ * and reconnected: Redis (or the path to it) is stuck.
  */
 #include <errno.h>
 #include <event2/event.h>
@@ -32,6 +38,8 @@
 #define BACKOFF_MAX_MS 2000
 #define TICK_MS 50
 #define MAX_REDIRECTS 5
+#define MAX_INFLIGHT 64           /* calls in flight per connection */
+#define STUCK_US 3000000          /* no reply for this long: reconnect */
 #define REFRESH_EVERY_US 10000000 /* slot map refresh without a MOVED */
 
 enum cstate { C_DOWN, C_CONNECTING, C_UP };
@@ -39,7 +47,7 @@ enum cstate { C_DOWN, C_CONNECTING, C_UP };
 struct rconn;
 
 struct rcall {
-    struct rcall *prev, *next; /* in conn's in-flight list */
+    struct rcall *prev, *next; /* in conn's in-flight list or queue */
     struct rcli *cli;
     struct rconn *conn;
     rcli_cb *cb;
@@ -49,7 +57,10 @@ struct rcall {
     enum rcli_kind kind;
     int redirects;
     bool eval;   /* send the source (EVAL), not the SHA */
-    bool linked;
+    bool asking; /* send ASKING first */
+    bool linked; /* in flight */
+    bool queued; /* in the queue */
+    int64_t sent;
     char *cmd;
     size_t len;
     int64_t deadline;
@@ -66,8 +77,10 @@ struct rconn {
     struct event *retry_ev;
     int backoff_ms;
     int64_t connect_deadline;
-    struct rcall *head, *tail;
+    struct rcall *head, *tail;   /* in flight, send order */
     size_t inflight;
+    struct rcall *qhead, *qtail; /* waiting for a slot */
+    size_t queued;
     uint64_t calls; /* commands sent, for INFO */
     bool handshaken;    /* SCRIPT LOAD answered since the last connect */
 };
@@ -157,6 +170,44 @@ static void call_finish(struct rcall *k, redisReply *r, const char *err) {
     if (cb) cb(pd, r, err);
 }
 
+/* Completes a call that stays in flight: its reply will be ignored. */
+static void call_abandon(struct rcall *k, const char *err) {
+    rcli_cb *cb = k->cb;
+    k->cb = NULL;
+    if (cb) cb(k->pd, NULL, err);
+}
+
+static void queue_push(struct rconn *n, struct rcall *k) {
+    k->conn = n;
+    k->queued = true;
+    k->next = NULL;
+    k->prev = n->qtail;
+    if (n->qtail) n->qtail->next = k;
+    else n->qhead = k;
+    n->qtail = k;
+    n->queued++;
+}
+
+static void queue_unlink(struct rcall *k) {
+    struct rconn *n = k->conn;
+    if (k->prev) k->prev->next = k->next;
+    else n->qhead = k->next;
+    if (k->next) k->next->prev = k->prev;
+    else n->qtail = k->prev;
+    k->prev = k->next = NULL;
+    k->queued = false;
+    n->queued--;
+}
+
+/* Fails every queued call of a connection that went down. */
+static void queue_fail(struct rconn *n, const char *why) {
+    while (n->qhead) {
+        struct rcall *k = n->qhead;
+        queue_unlink(k);
+        call_finish(k, NULL, why);
+    }
+}
+
 /* --- connections -------------------------------------------------------- */
 
 static void conn_schedule(struct rconn *n) {
@@ -183,6 +234,7 @@ static void conn_down(struct rconn *n, const char *why) {
     if (n->sub) n->cli->sub_seed++;
     else if (n->cli->slots) n->cli->refresh_wanted = true;
     conn_schedule(n);
+    queue_fail(n, "Redis connection lost");
 }
 
 /* Closes a live connection on our initiative: every call on it completes
@@ -370,6 +422,8 @@ static struct rconn *route(struct rcli *c, int slot) {
 
 static void reply_cb(redisAsyncContext *ac, void *reply, void *pd);
 
+static void send_now(struct rcli *c, struct rconn *n, struct rcall *k);
+
 static void dispatch(struct rcli *c, struct rcall *k, struct rconn *to,
                      bool asking) {
     struct rconn *n = to ? to : route(c, k->slot);
@@ -378,10 +432,40 @@ static void dispatch(struct rcli *c, struct rcall *k, struct rconn *to,
         call_finish(k, NULL, "Redis is not connected");
         return;
     }
-    if (asking) {
+    k->asking = asking;
+    if (n->inflight >= MAX_INFLIGHT || n->qhead) {
+        queue_push(n, k);
+        return;
+    }
+    send_now(c, n, k);
+}
+
+/* Sends queued calls while there is room in flight. */
+static void queue_run(struct rconn *n) {
+    while (n->qhead && n->inflight < MAX_INFLIGHT && n->ac &&
+           n->state != C_DOWN) {
+        struct rcall *k = n->qhead;
+        queue_unlink(k);
+        send_now(n->cli, n, k);
+    }
+}
+
+static void send_now(struct rcli *c, struct rconn *n, struct rcall *k) {
+    if (k->asking) {
         const char *av[1] = {"ASKING"};
         size_t al[1] = {6};
-        send_simple(c, n, -1, k->deadline, noop_cb, NULL, 1, av, al);
+        k->asking = false;
+        struct rcall *a = xcalloc(1, sizeof *a);
+        size_t total = 32;
+        a->cli = c;
+        a->cb = noop_cb;
+        a->slot = -1;
+        a->argc = 1;
+        a->kind = RCLI_RAW;
+        a->cmd = xmalloc(total);
+        a->len = put_bulk(a->cmd, av[0], al[0]);
+        a->deadline = k->deadline;
+        send_now(c, n, a);
         if (n->state == C_DOWN || !n->ac) {
             call_finish(k, NULL, "Redis is not connected");
             return;
@@ -420,6 +504,7 @@ static void dispatch(struct rcli *c, struct rcall *k, struct rconn *to,
     }
     n->calls++;
     k->conn = n;
+    k->sent = rcli_now_us();
     k->linked = true;
     k->prev = n->tail;
     k->next = NULL;
@@ -456,6 +541,11 @@ static void reply_cb(redisAsyncContext *ac, void *reply, void *pd) {
     if (!r) {
         conn_down(n, ac->errstr[0] ? ac->errstr : "closed");
         call_finish(k, NULL, "Redis connection lost");
+        return;
+    }
+    queue_run(n);
+    if (!k->cb) { /* abandoned at its deadline */
+        call_finish(k, NULL, NULL);
         return;
     }
     if (r->type == REDIS_REPLY_ERROR && k->redirects < MAX_REDIRECTS &&
@@ -564,10 +654,25 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg) {
     struct rcli *c = arg;
     int64_t now = rcli_now_us();
     for (struct rconn *n = c->conns; n; n = n->next) {
-        if (n->state == C_CONNECTING && now > n->connect_deadline && !n->handshaken)
+        if (n->state == C_CONNECTING && now > n->connect_deadline && !n->handshaken) {
             conn_kill(n, "connect timeout");
-        else if (n->state != C_DOWN && n->head && now > n->head->deadline)
+            continue;
+        }
+        if (n->state != C_DOWN && n->head && now - n->head->sent > STUCK_US) {
             conn_kill(n, "no reply in time");
+            continue;
+        }
+        /* deadlines: queued calls are dropped, calls in flight abandoned */
+        for (struct rcall *k = n->qhead, *next; k; k = next) {
+            next = k->next;
+            if (now > k->deadline) {
+                queue_unlink(k);
+                call_finish(k, NULL, "Redis did not answer in time");
+            }
+        }
+        for (struct rcall *k = n->head; k; k = k->next)
+            if (k->cb && now > k->deadline)
+                call_abandon(k, "Redis did not answer in time");
     }
     if (c->sub && c->sub->state == C_CONNECTING && now > c->sub->connect_deadline)
         conn_kill(c->sub, "connect timeout");

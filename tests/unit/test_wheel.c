@@ -163,7 +163,8 @@ static void test_next_bound(void **state) {
     free(w);
 }
 
-/* Many timers in one millisecond far ahead, drained with a small work
+/* Many timers in one millisecond far ahead (and one a millisecond later, so
+ * the slot must be cascaded timer by timer), drained with a small work
  * allowance: the partly cascaded slot resumes, deletions and additions in
  * between are honoured, and the order is the order of addition. */
 static void test_budgeted_cascade(void **state) {
@@ -171,6 +172,9 @@ static void test_budgeted_cascade(void **state) {
     int64_t due = 3 * 262144 + 12345; /* level 3 from 0 */
     struct wheel *w = new_wheel(0);
     struct tnode *t = calloc(N + 100, sizeof *t);
+    struct tnode later = {.seq = UINT64_MAX, .live = 1};
+    later.n.when = due + 1;
+    wheel_add(w, &later.n);
     for (int i = 0; i < N; i++) {
         t[i].n.when = due;
         t[i].seq = (uint64_t)i;
@@ -184,6 +188,10 @@ static void test_budgeted_cascade(void **state) {
         uint32_t work = 100;
         struct wheel_node *n;
         int r = wheel_due(w, now, &work, &n);
+        if (r == WHEEL_IDLE && now == due) {
+            now = due + 1; /* the later timer */
+            continue;
+        }
         if (r == WHEEL_IDLE) break;
         if (r == WHEEL_AGAIN) {
             assert_int_equal(work, 0);
@@ -208,13 +216,53 @@ static void test_budgeted_cascade(void **state) {
         struct tnode *x = tn(n);
         wheel_del(w, n);
         assert_true(x->live);
+        x->live = 0;
+        if (x == &later) continue;
         assert_true(x->seq >= want);
         want = x->seq + 1;
-        x->live = 0;
     }
+    assert_false(later.live);
     assert_true(again > 100);
     assert_int_equal(wheel_count(w), 0);
     for (int i = 0; i < N + extra; i++) assert_false(t[i].live);
+    free(t);
+    free(w);
+}
+
+/* A slot of timers that all share one time is cascaded in O(1), whatever
+ * the work allowance, and hands its timers out in the order added. */
+static void test_same_time_splice(void **state) {
+    enum { N = 50000 };
+    int64_t due = 5 * 262144 + 777; /* level 3 from 0 */
+    struct wheel *w = new_wheel(0);
+    struct tnode *t = calloc(N + 1, sizeof *t);
+    for (int i = 0; i < N; i++) {
+        t[i].n.when = due;
+        t[i].seq = (uint64_t)i;
+        wheel_add(w, &t[i].n);
+    }
+    assert_int_equal(wheel_next(w), due);
+    uint32_t work = 1;
+    struct wheel_node *n;
+    /* every level is crossed with a single unit of work */
+    int r;
+    int calls = 0;
+    while ((r = wheel_due(w, due, &work, &n)) == WHEEL_AGAIN) {
+        work = 1;
+        assert_true(++calls < 10);
+    }
+    assert_int_equal(r, WHEEL_DUE);
+    /* one added now, at the same time, comes after all of them */
+    t[N].n.when = due;
+    t[N].seq = N;
+    wheel_add(w, &t[N].n);
+    for (int i = 0; i <= N; i++) {
+        work = 1;
+        assert_int_equal(wheel_due(w, due, &work, &n), WHEEL_DUE);
+        assert_int_equal(tn(n)->seq, (uint64_t)i);
+        wheel_del(w, n);
+    }
+    assert_int_equal(wheel_count(w), 0);
     free(t);
     free(w);
 }
@@ -347,6 +395,7 @@ int main(void) {
         cmocka_unit_test(test_ten_years),
         cmocka_unit_test(test_next_bound),
         cmocka_unit_test(test_budgeted_cascade),
+        cmocka_unit_test(test_same_time_splice),
         cmocka_unit_test(test_random_order),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
