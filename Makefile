@@ -81,7 +81,7 @@ build/fuzz/%: tests/fuzz/%.c $(CORE_SRC)
 	clang -std=gnu11 -g -O1 -Isrc -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
 	  -o $@ $^ $(LDLIBS)
 fuzz: $(addprefix build/fuzz/,$(FUZZ_TARGETS))
-	@set -e; for f in $^; do echo "== $$f (60 s)"; mkdir -p build/fuzz/corpus-$$(basename $$f); \
+	@set -e; for f in $^; do echo "== $$f ($${FUZZ_SECONDS:-60} s)"; mkdir -p build/fuzz/corpus-$$(basename $$f); \
 	  $$f -max_total_time=$${FUZZ_SECONDS:-60} build/fuzz/corpus-$$(basename $$f) tests/fuzz/seeds-$$(basename $$f); done
 
 bench: all

@@ -15,13 +15,10 @@ const char *dq_status_code(int status) {
     }
 }
 
-/* TODO(lead): drop the weak reference once store/redis.c lands. */
-extern const struct dq_store_ops dq_store_redis __attribute__((weak));
-
 const struct dq_store_ops *dq_store_for_url(const char *url) {
     if (url == NULL || *url == '\0') return &dq_store_embedded;
     if (strncmp(url, "redis://", 8) == 0 ||
         strncmp(url, "redis-cluster://", 16) == 0)
-        return &dq_store_redis ? &dq_store_redis : NULL;
+        return &dq_store_redis;
     return NULL;
 }
