@@ -67,6 +67,7 @@ unit: $(addprefix build/asan/tests/,$(UNIT_TESTS))
 
 integration: build/asan/delayqd build/asan/delayq | build/.deps-test
 	DELAYQD=$(CURDIR)/build/asan/delayqd DELAYQ=$(CURDIR)/build/asan/delayq \
+	  DELAYQ_STORES=$${DELAYQ_STORES:-embedded,redis} \
 	  $(PYTHON) -m pytest -q tests/integration
 
 test: all

@@ -242,6 +242,10 @@ static bool conn_write(struct conn *c) {
                      "(--max-output %llu)",
                      (unsigned long long)c->id, buf_unread(&c->out),
                      (unsigned long long)c->srv->cfg.max_output);
+            /* reset, not close: the kernel must not keep trickling the
+             * unread replies to it */
+            struct linger lg = {1, 0};
+            setsockopt(c->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
             conn_close(c);
             return false;
         }

@@ -16,10 +16,19 @@
  * Ready notifications from the engine are queued and handed to the server
  * after the engine call returns, because the server answers them by calling
  * reserve, which must not run inside the engine.
+ *
+ * The log (store/wal.h): every change appends records describing the
+ * engine's new state; the commit event writes them (wal_commit) before it
+ * completes the batch. If that write fails, every change of the batch fails
+ * with DQ_IOERR and the engine is rebuilt from the log, so memory never holds
+ * what the log does not; while the log stays unwritable, changes are refused
+ * at once and reads go on.
  */
 #include <event2/event.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "engine/engine.h"
@@ -28,6 +37,7 @@
 #include "lib/log.h"
 #include "lib/xalloc.h"
 #include "store/store.h"
+#include "store/wal.h"
 
 #define ADVANCE_BUDGET 8192 /* jobs moved per timer callback */
 
@@ -44,6 +54,7 @@ struct pending {
     enum pend_kind kind;
     size_t off; /* of the data in the batch arena */
     size_t cnt; /* bytes for PEND_ID, elements otherwise */
+    bool change; /* a state-changing operation: fails if the log write does */
 };
 
 /* The completions of one loop iteration and the bytes their results need.
@@ -61,7 +72,10 @@ struct ready_note {
 
 struct dq_store {
     struct dq_store_config cfg;
+    struct engine_config ec;
     struct engine *eng;
+    struct wal *wal;
+    bool recovering; /* the engine is being rebuilt: hooks do nothing */
     struct event *commit_ev;
     struct event *timer_ev;
     int64_t timer_at; /* INT64_MAX when not armed */
@@ -170,17 +184,57 @@ static void fire(struct pending *p, char *base) {
     p->cb(p->pd, &r);
 }
 
-/* Writes the log for everything in the batch. Returns 0 on success. */
-static int commit_log(struct dq_store *s) {
-    (void)s;
-    return 0;
+static void arm_timer(struct dq_store *s);
+
+/* Rebuilds the engine from the log after a failed commit. Without it memory
+ * would hold changes the log does not; if even that fails, the process
+ * cannot go on consistently, and a restart recovers from the log. */
+static void reload(struct dq_store *s) {
+    char err[512] = "out of memory";
+    struct engine *e = engine_new(&s->ec, 0);
+    s->recovering = true;
+    int rc = e ? wal_reload(s->wal, e, now_ms(s), err, sizeof err) : -1;
+    s->recovering = false;
+    if (rc != 0) {
+        log_error("cannot rebuild the engine from the log: %s", err);
+        abort();
+    }
+    engine_free(s->eng);
+    s->eng = e;
+    event_del(s->timer_ev);
+    s->timer_at = INT64_MAX;
+    arm_timer(s);
+}
+
+/* Writes the log for everything in the batch; if that fails, fails the
+ * batch's changes and rebuilds the engine. */
+static void commit_log(struct dq_store *s) {
+    if (!s->wal || !wal_pending(s->wal)) return;
+    if (wal_commit(s->wal) == 0) {
+        wal_maybe_compact(s->wal, s->eng, false);
+        return;
+    }
+    const char *msg = wal_last_error(s->wal) == ENOMEM
+                          ? "out of memory writing the log; nothing was "
+                            "changed"
+                          : "the log write failed (disk full or I/O error); "
+                            "nothing was changed";
+    for (size_t i = 0; i < s->cur.n; i++) {
+        struct pending *p = &s->cur.items[i];
+        if (!p->change) continue;
+        p->status = DQ_IOERR;
+        p->errmsg = msg;
+        p->kind = PEND_NONE;
+        p->n = 0;
+    }
+    reload(s);
 }
 
 /* Completes the current batch. Callbacks may issue new operations: those go
  * into a fresh batch, completed by the next commit event. */
 static void commit(struct dq_store *s) {
-    if (s->cur.n == 0) return;
     commit_log(s);
+    if (s->cur.n == 0) return;
     struct batch b = s->cur;
     memset(&s->cur, 0, sizeof s->cur);
     for (size_t i = 0; i < b.n; i++) fire(&b.items[i], b.arena.p);
@@ -220,6 +274,7 @@ static void flush_ready(struct dq_store *s) {
 
 static void on_engine_ready(void *ud, struct dq_str topic, uint64_t ready) {
     struct dq_store *s = ud;
+    if (s->recovering) return;
     if (s->nnotes == s->notes_cap) {
         s->notes_cap = s->notes_cap ? s->notes_cap * 2 : 16;
         s->notes = xrealloc(s->notes, s->notes_cap * sizeof *s->notes);
@@ -232,9 +287,12 @@ static void on_engine_ready(void *ud, struct dq_str topic, uint64_t ready) {
 }
 
 static void on_engine_expire(void *ud, const struct dq_job *job, bool dead) {
-    (void)ud;
-    (void)job;
+    struct dq_store *s = ud;
     (void)dead;
+    if (s->recovering || !s->wal) return;
+    struct wal_rec r = {.type = WAL_EXPIRE, .job = *job};
+    wal_append(s->wal, &r);
+    event_active(s->commit_ev, 0, 0); /* even if no operation is pending */
 }
 
 static void arm_timer(struct dq_store *s) {
@@ -294,6 +352,7 @@ static void emb_close(struct dq_store *s) {
     if (!s) return;
     commit(s);
     commit(s);
+    wal_close(s->wal);
     if (s->commit_ev) event_free(s->commit_ev);
     if (s->timer_ev) event_free(s->timer_ev);
     engine_free(s->eng);
@@ -313,13 +372,15 @@ static int emb_open(struct dq_store **out, const struct dq_store_config *cfg,
     }
     s->cfg = *cfg;
     s->timer_at = INT64_MAX;
-    struct engine_config ec = {
+    s->ec = (struct engine_config){
         .max_jobs = cfg->max_jobs,
         .hooks = {.on_ready = on_engine_ready,
                   .on_expire = on_engine_expire,
                   .ud = s},
     };
-    s->eng = engine_new(&ec, now_ms(s));
+    /* The wheel starts at time 0, so the jobs recovery puts back line up by
+     * due time when it first advances. */
+    s->eng = engine_new(&s->ec, 0);
     s->commit_ev = event_new(cfg->base, -1, 0, commit_cb, s);
     s->timer_ev = evtimer_new(cfg->base, timer_cb, s);
     if (!s->eng || !s->commit_ev || !s->timer_ev) {
@@ -327,11 +388,73 @@ static int emb_open(struct dq_store **out, const struct dq_store_config *cfg,
         emb_close(s);
         return -1;
     }
+    struct wal_config wc = {
+        .dir = cfg->data_dir && *cfg->data_dir ? cfg->data_dir
+                                               : "delayq-data",
+        .fsync_mode = cfg->fsync_mode,
+        .repair = cfg->repair,
+        .base = cfg->base,
+    };
+    s->recovering = true;
+    int rc = wal_open(&s->wal, &wc, s->eng, now_ms(s), NULL, err, errlen);
+    s->recovering = false;
+    if (rc != 0) {
+        s->wal = NULL;
+        emb_close(s);
+        return -1;
+    }
+    arm_timer(s);
     *out = s;
     return 0;
 }
 
 /* --- operations --------------------------------------------------------- */
+
+/* Logs a whole job, or a transition (the job's state after it). */
+static void log_job(struct dq_store *s, int type, const struct dq_job *j) {
+    struct wal_rec r = {.type = type, .job = *j};
+    wal_append(s->wal, &r);
+}
+
+static void log_state(struct dq_store *s, int type, struct dq_str topic,
+                      struct dq_str id) {
+    struct wal_rec r = {.type = type};
+    if (engine_get(s->eng, topic, id, &r.job)) wal_append(s->wal, &r);
+}
+
+static void log_key(struct dq_store *s, int type, struct dq_str topic,
+                    struct dq_str id) {
+    struct wal_rec r = {.type = type};
+    r.job.topic = topic;
+    r.job.id = id;
+    wal_append(s->wal, &r);
+}
+
+/* KICKALL, PURGE: n jobs moved or removed. */
+static void log_topic(struct dq_store *s, int type, struct dq_str topic,
+                      int64_t due, int64_t n) {
+    struct wal_rec r = {.type = type, .count = (uint64_t)n};
+    r.job.topic = topic;
+    r.job.due = due;
+    wal_append(s->wal, &r);
+}
+
+/* Every change starts here: refused at once (true) while the log cannot be
+ * written, so nothing changes that could not be made durable. */
+static bool refuse_change(struct dq_store *s, dq_store_cb *cb, void *pd) {
+    if (wal_writable(s->wal)) return false;
+    pend_push(s, cb, pd, DQ_IOERR)->errmsg =
+        "the log cannot be written (disk full or I/O error); changes are "
+        "refused until it can";
+    return true;
+}
+
+static struct pending *pend_change(struct dq_store *s, dq_store_cb *cb,
+                                   void *pd, int status) {
+    struct pending *p = pend_push(s, cb, pd, status);
+    p->change = true;
+    return p;
+}
 
 static int engine_status(int rc) {
     switch (rc) {
@@ -350,6 +473,8 @@ static void emb_add(struct dq_store *s, const struct dq_add *a,
     char idbuf[48];
     bool gen = a->id.len == 1 && a->id.p[0] == '*';
     int rc;
+    struct dq_job v;
+    if (refuse_change(s, cb, pd)) return;
     catch_up(s, now);
     for (int tries = 0;; tries++) {
         if (gen) {
@@ -363,13 +488,14 @@ static void emb_add(struct dq_store *s, const struct dq_add *a,
                              s->id_ms, s->id_seq);
             req.id = (struct dq_str){idbuf, (size_t)n};
         }
-        rc = engine_add(s->eng, now, &req, NULL);
+        rc = engine_add(s->eng, now, &req, &v);
         if (!(gen && rc == ENGINE_EEXISTS && tries < 1000)) break;
     }
     if (rc < 0) {
-        pend_push(s, cb, pd, engine_status(rc));
+        pend_change(s, cb, pd, engine_status(rc));
     } else {
-        struct pending *p = pend_push(s, cb, pd, DQ_OK);
+        log_job(s, WAL_JOB, &v);
+        struct pending *p = pend_change(s, cb, pd, DQ_OK);
         p->kind = PEND_ID;
         p->cnt = req.id.len;
         p->off = arena_put(&s->cur.arena, req.id.p, req.id.len);
@@ -381,9 +507,15 @@ static void emb_del(struct dq_store *s, struct dq_str topic,
                     const struct dq_str *ids, size_t nids, dq_store_cb *cb,
                     void *pd) {
     int64_t n = 0;
+    if (refuse_change(s, cb, pd)) return;
     s->in_engine = 1;
-    for (size_t i = 0; i < nids; i++) n += engine_del(s->eng, topic, ids[i]);
-    pend_push(s, cb, pd, DQ_OK)->n = n;
+    for (size_t i = 0; i < nids; i++) {
+        if (engine_del(s->eng, topic, ids[i])) {
+            log_key(s, WAL_DEL, topic, ids[i]);
+            n++;
+        }
+    }
+    pend_change(s, cb, pd, DQ_OK)->n = n;
     after_change(s);
 }
 
@@ -399,10 +531,12 @@ static void emb_reserve(struct dq_store *s, const struct dq_str *topics,
                         size_t ntopics, uint32_t count, dq_store_cb *cb,
                         void *pd) {
     if (count > DQ_COUNT_MAX) count = DQ_COUNT_MAX;
+    if (refuse_change(s, cb, pd)) return;
     int64_t now = now_ms(s);
     catch_up(s, now);
     int n = engine_reserve(s->eng, now, topics, ntopics, count, s->jobs);
-    struct pending *p = pend_push(s, cb, pd, DQ_OK);
+    for (int i = 0; i < n; i++) log_job(s, WAL_RESERVE, &s->jobs[i]);
+    struct pending *p = pend_change(s, cb, pd, DQ_OK);
     pend_jobs(s, p, s->jobs, n > 0 ? (size_t)n : 0);
     after_change(s);
 }
@@ -411,18 +545,26 @@ static void emb_ack(struct dq_store *s, struct dq_str topic,
                     const struct dq_str *ids, size_t nids, dq_store_cb *cb,
                     void *pd) {
     int64_t n = 0;
+    if (refuse_change(s, cb, pd)) return;
     s->in_engine = 1;
-    for (size_t i = 0; i < nids; i++) n += engine_ack(s->eng, topic, ids[i]);
-    pend_push(s, cb, pd, DQ_OK)->n = n;
+    for (size_t i = 0; i < nids; i++) {
+        if (engine_ack(s->eng, topic, ids[i])) {
+            log_key(s, WAL_ACK, topic, ids[i]);
+            n++;
+        }
+    }
+    pend_change(s, cb, pd, DQ_OK)->n = n;
     after_change(s);
 }
 
 static void emb_nack(struct dq_store *s, struct dq_str topic, struct dq_str id,
                      int64_t delay, dq_store_cb *cb, void *pd) {
+    if (refuse_change(s, cb, pd)) return;
     s->in_engine = 1;
     int rc = engine_nack(s->eng, now_ms(s), topic, id, delay);
-    if (rc < 0) pend_push(s, cb, pd, engine_status(rc));
-    else pend_push(s, cb, pd, DQ_OK)->n = rc;
+    if (rc >= 0) log_state(s, WAL_NACK, topic, id);
+    if (rc < 0) pend_change(s, cb, pd, engine_status(rc));
+    else pend_change(s, cb, pd, DQ_OK)->n = rc;
     after_change(s);
 }
 
@@ -430,26 +572,65 @@ static void emb_touch(struct dq_store *s, struct dq_str topic,
                       struct dq_str id, uint32_t ttr, dq_store_cb *cb,
                       void *pd) {
     int64_t deadline = 0;
+    if (refuse_change(s, cb, pd)) return;
     s->in_engine = 1;
     int rc = engine_touch(s->eng, now_ms(s), topic, id, ttr, &deadline);
-    if (rc < 0) pend_push(s, cb, pd, engine_status(rc));
-    else pend_push(s, cb, pd, DQ_OK)->n = deadline;
+    if (rc >= 0) log_state(s, WAL_TOUCH, topic, id);
+    if (rc < 0) pend_change(s, cb, pd, engine_status(rc));
+    else pend_change(s, cb, pd, DQ_OK)->n = deadline;
     after_change(s);
 }
 
 static void emb_release(struct dq_store *s, struct dq_str topic,
                         struct dq_str id, dq_store_cb *cb, void *pd) {
+    if (refuse_change(s, cb, pd)) return;
     s->in_engine = 1;
     int rc = engine_release(s->eng, topic, id);
-    pend_push(s, cb, pd, DQ_OK)->n = rc;
+    if (rc == 1) log_state(s, WAL_RELEASE, topic, id);
+    pend_change(s, cb, pd, DQ_OK)->n = rc;
     after_change(s);
 }
 
+static void collect_id(void *ud, struct dq_str id) {
+    struct buf *b = ud;
+    uint16_t len = (uint16_t)id.len;
+    buf_append(b, &len, sizeof len);
+    buf_append(b, id.p, id.len);
+}
+
+/* KICK. All of a topic's dead jobs: one KICKALL record. Some of them: the
+ * engine picks the oldest, so the dead ids are listed first and those that
+ * moved are logged one by one. */
 static void emb_kick(struct dq_store *s, struct dq_str topic, uint64_t count,
                      dq_store_cb *cb, void *pd) {
+    if (refuse_change(s, cb, pd)) return;
+    int64_t now = now_ms(s);
+    struct dq_stats st;
+    engine_stats(s->eng, topic, &st);
     s->in_engine = 1;
-    int64_t n = engine_kick(s->eng, now_ms(s), topic, count);
-    pend_push(s, cb, pd, DQ_OK)->n = n;
+    int64_t n;
+    if (count == 0 || count >= st.jobs[DQ_DEAD]) {
+        n = engine_kick(s->eng, now, topic, 0);
+        if (n > 0) log_topic(s, WAL_KICKALL, topic, now, n);
+    } else {
+        struct buf dead = BUF_INIT;
+        uint64_t cursor = 0;
+        do cursor = engine_list(s->eng, topic, DQ_DEAD, 1024, cursor,
+                                collect_id, &dead);
+        while (cursor != 0);
+        n = engine_kick(s->eng, now, topic, count);
+        for (size_t off = 0; off < dead.len;) {
+            uint16_t len;
+            memcpy(&len, dead.p + off, sizeof len);
+            struct dq_str id = {dead.p + off + sizeof len, len};
+            off += sizeof len + len;
+            struct dq_job v;
+            if (engine_get(s->eng, topic, id, &v) && v.state != DQ_DEAD)
+                log_job(s, WAL_KICK, &v);
+        }
+        buf_free(&dead);
+    }
+    pend_change(s, cb, pd, DQ_OK)->n = n;
     after_change(s);
 }
 
@@ -487,9 +668,11 @@ static void emb_list(struct dq_store *s, struct dq_str topic, int state,
 
 static void emb_purge(struct dq_store *s, struct dq_str topic,
                       dq_store_cb *cb, void *pd) {
+    if (refuse_change(s, cb, pd)) return;
     s->in_engine = 1;
     int64_t n = engine_purge(s->eng, topic);
-    pend_push(s, cb, pd, DQ_OK)->n = n;
+    if (n > 0) log_topic(s, WAL_PURGE, topic, 0, n);
+    pend_change(s, cb, pd, DQ_OK)->n = n;
     after_change(s);
 }
 
@@ -518,6 +701,7 @@ static void emb_info(struct dq_store *s,
     emit(ud, "store", "embedded");
     snprintf(v, sizeof v, "%" PRIu64, engine_count(s->eng));
     emit(ud, "jobs", v);
+    if (s->wal) wal_info(s->wal, emit, ud);
 }
 
 const struct dq_store_ops dq_store_embedded = {

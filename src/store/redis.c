@@ -18,9 +18,10 @@
  * never leaves jobs unmoved.
  *
  * Request life: submitted (waiting for the store to be configured, or in
- * the outbox as units) -> flushed into script calls -> completed from the
- * reply (or failed as UNAVAILABLE). Every request completes exactly once,
- * never from inside the op function that submitted it.
+ * the outbox as units, or queued for a plain command) -> flushed at the end
+ * of the loop iteration into script calls -> completed from the reply (or
+ * failed as UNAVAILABLE). Every request completes exactly once, from the
+ * loop, never inside the op function that submitted it.
  */
 #include <event2/event.h>
 #include <hiredis/hiredis.h>
@@ -42,6 +43,7 @@
 #include "store/store.h"
 
 #define NKEYS 6                  /* keys per group */
+#define REC_HDR 54               /* record header: see redis_lua.c */
 #define CALL_TIMEOUT_US 1800000  /* every request answers within 2 s */
 #define MAX_CALL_REQS 128        /* requests per script call */
 #define MAX_CALL_BYTES (1 << 20) /* argument bytes per script call */
@@ -61,10 +63,10 @@ static const struct {
     bool sequential;
 } OPS[] = {
     [OP_ADD] = {"add", false},       [OP_DEL] = {"del", false},
-    [OP_ACK] = {"del", false},       [OP_GET] = {"get", false},
+    [OP_ACK] = {"del", false},       [OP_GET] = {NULL, false}, /* HGET */
     [OP_RESERVE] = {"reserve", true}, [OP_NACK] = {"nack", false},
     [OP_TOUCH] = {"touch", false},   [OP_RELEASE] = {"release", false},
-    [OP_KICK] = {"kick", true},      [OP_LIST] = {"list", false},
+    [OP_KICK] = {"kick", true},      [OP_LIST] = {"list", true},
     [OP_PURGE] = {"purge", false},   [OP_STATS] = {"stats", false},
     [OP_TOPICS] = {"carry", false},  [OP_CARRY] = {"carry", false},
 };
@@ -207,6 +209,7 @@ struct dq_store {
     /* requests */
     struct rreq *wait_head, *wait_tail; /* until configured */
     struct rreq *done_head, *done_tail; /* completed, callback pending */
+    struct rreq *raw_head, *raw_tail;   /* GETs and registry reads to send */
     struct unit *out_head, *out_tail;   /* to be flushed */
     uint64_t bstamp;
     uint64_t msg_counter;
@@ -214,9 +217,11 @@ struct dq_store {
     int32_t *slot_b; /* cluster flush: slot -> builder index + 1 */
     /* --max-jobs, approximately */
     int64_t count_base, count_delta, adds_inflight;
-    /* ids for "*" */
+    /* ids for "*"; ords of adds */
     int64_t id_ms;
     uint64_t id_seq;
+    int64_t ord_ms;
+    uint64_t ord_seq;
     /* figures for INFO */
     uint64_t calls, requests, messages, carries;
 };
@@ -612,7 +617,8 @@ static int plan(struct rreq *rq) {
         rq->gcnt = xcalloc(rq->nids, sizeof *rq->gcnt);
         for (size_t i = 0; i < rq->nids; i++) {
             size_t k = pairs[2 * i];
-            if (rq->ngs == 0 || rq->gs[rq->ngs - 1] != &t->sh[k])
+            if (rq->ngs == 0 || rq->gs[rq->ngs - 1] != &t->sh[k] ||
+                rq->gcnt[rq->ngs - 1] == 1000) /* the script unpacks them */
                 rq->gs[rq->ngs++] = &t->sh[k];
             rq->gcnt[rq->ngs - 1]++;
             rq->gids[i] = pairs[2 * i + 1];
@@ -639,10 +645,11 @@ static int plan(struct rreq *rq) {
         plan_groups(rq, s->K);
         for (unsigned k = 0; k < s->K; k++) rq->gs[rq->ngs++] = &t->sh[k];
         break;
-    case OP_LIST:
+    case OP_LIST: /* from the cursor's shard to the last */
         t = topic_get(s, rq->topic.p, rq->topic.len);
-        plan_groups(rq, 1);
-        rq->gs[rq->ngs++] = &t->sh[rq->cursor % s->K];
+        plan_groups(rq, s->K);
+        for (unsigned k = (unsigned)(rq->cursor % s->K); k < s->K; k++)
+            rq->gs[rq->ngs++] = &t->sh[k];
         break;
     case OP_TOPICS:
         if (rq->phase == 0) return 1;
@@ -747,23 +754,64 @@ static uint32_t builder_group(struct dq_store *s, struct builder *b,
     return (uint32_t)b->ng++;
 }
 
-/* Writes the unit's op arguments to sc; returns how many. */
-static size_t unit_args(struct unit *u, struct buf *sc) {
+static void put32(unsigned char *p, uint32_t v) {
+    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static void putdouble(unsigned char *p, int64_t v) {
+    double d = (double)v;
+    uint64_t u;
+    memcpy(&u, &d, sizeof u);
+    for (int i = 0; i < 8; i++) p[i] = (unsigned char)(u >> (8 * i));
+}
+
+/* Writes the unit's op arguments to sc; returns how many. `now` is the
+ * call's time (its ARGV[1]). */
+static size_t unit_args(struct unit *u, struct buf *sc, int64_t now) {
     struct rreq *rq = u->rq;
     const struct dq_add *a = &rq->add;
     switch (rq->op) {
-    case OP_ADD:
+    case OP_ADD: { /* id, record, due, delay member, flags */
+        struct dq_store *s = rq->s;
+        unsigned char h[REC_HDR];
+        h[0] = a->due <= now ? DQ_READY : DQ_DELAYED;
+        put32(h + 1, 0);
+        put32(h + 5, a->ttr);
+        put32(h + 9, a->retries);
+        h[13] = a->backoff.kind;
+        put32(h + 14, a->backoff.base);
+        put32(h + 18, a->backoff.max);
+        putdouble(h + 22, a->due);
+        putdouble(h + 30, now);
+        putdouble(h + 38, 0);
+        /* ord: the order of adds, for jobs due in the same millisecond */
+        if (now > s->ord_ms) {
+            s->ord_ms = now;
+            s->ord_seq = 0;
+        }
+        uint64_t ord = (uint64_t)s->ord_ms << 22 | (s->ord_seq++ & 0x3fffff);
+        for (int i = 0; i < 8; i++) h[46 + i] = (unsigned char)(ord >> (56 - 8 * i));
         arg_str(sc, a->id.p, a->id.len);
-        arg_str(sc, a->body.p, a->body.len);
+        char *o = buf_reserve(sc, REC_HDR + a->body.len + 24);
+        int n = sprintf(o, "$%zu\r\n", REC_HDR + a->body.len);
+        memcpy(o + n, h, REC_HDR);
+        memcpy(o + n + REC_HDR, a->body.p, a->body.len);
+        memcpy(o + n + REC_HDR + a->body.len, "\r\n", 2);
+        sc->len += (size_t)n + REC_HDR + a->body.len + 2;
         arg_int(sc, a->due);
-        arg_int(sc, a->ttr);
-        arg_int(sc, a->retries);
-        arg_int(sc, a->backoff.kind);
-        arg_int(sc, a->backoff.base);
-        arg_int(sc, a->backoff.max);
-        arg_cstr(sc, a->replace ? "1" : "0");
-        arg_cstr(sc, rq->gen ? "1" : "0");
-        return 10;
+        if (h[0] == DQ_DELAYED) {
+            o = buf_reserve(sc, 8 + a->id.len + 24);
+            n = sprintf(o, "$%zu\r\n", 8 + a->id.len);
+            memcpy(o + n, h + 46, 8);
+            memcpy(o + n + 8, a->id.p, a->id.len);
+            memcpy(o + n + 8 + a->id.len, "\r\n", 2);
+            sc->len += (size_t)n + 8 + a->id.len + 2;
+        } else {
+            arg_str(sc, "", 0);
+        }
+        arg_cstr(sc, rq->gen ? "g" : a->replace ? "r" : "-");
+        return 5;
+    }
     case OP_DEL:
     case OP_ACK: {
         size_t n = 1, first = 0;
@@ -796,7 +844,7 @@ static size_t unit_args(struct unit *u, struct buf *sc) {
         arg_int(sc, (int64_t)rq->count);
         return 1;
     case OP_LIST: { /* cursor = (value * 2 + mode) * K + shard */
-        uint64_t rest = rq->cursor / rq->s->K;
+        uint64_t rest = u == rq->units ? rq->cursor / rq->s->K : 0;
         arg_int(sc, rq->state);
         arg_int(sc, (int64_t)(rest & 1));
         char v[24];
@@ -810,12 +858,13 @@ static size_t unit_args(struct unit *u, struct buf *sc) {
     }
 }
 
-static void builder_add(struct dq_store *s, struct builder *b, struct unit *u) {
+static void builder_add(struct dq_store *s, struct builder *b, struct unit *u,
+                        int64_t now) {
     struct rreq *rq = u->rq;
     uint32_t gi[MAX_UNIT_GROUPS > 1024 ? MAX_UNIT_GROUPS : 1024];
     for (size_t i = 0; i < u->ng; i++) gi[i] = builder_group(s, b, rq->gs[u->g0 + i]);
     s->scratch.len = 0;
-    size_t na = unit_args(u, &s->scratch);
+    size_t na = unit_args(u, &s->scratch, now);
     arg_cstr(&b->reqs, OPS[rq->op].lua);
     arg_int(&b->reqs, (int64_t)u->ng);
     for (size_t i = 0; i < u->ng; i++) arg_int(&b->reqs, gi[i] + 1);
@@ -854,12 +903,15 @@ static void builder_send(struct dq_store *s, struct builder *b, int64_t now) {
     arg_cstr(&out, s->chan);
     arg_int(&out, (int64_t)b->ng);
     for (size_t g = 0; g < b->ng; g++) {
-        arg_str(&out, b->groups[g]->t->name, b->groups[g]->t->len);
-        arg_int(&out, b->groups[g]->idx);
+        struct rshard *sh = b->groups[g];
+        arg_str(&out, sh->t->name, sh->t->len);
+        arg_int(&out, sh->idx);
+        /* whether jobs may be due: adds skip the carry otherwise */
+        arg_cstr(&out, sh->next <= now ? "1" : "0");
     }
     arg_int(&out, (int64_t)b->nu);
     buf_append(&out, b->reqs.p, b->reqs.len);
-    int argc = (int)(1 + NKEYS * b->ng + 4 + 2 * b->ng + 1 + b->nargs);
+    int argc = (int)(1 + NKEYS * b->ng + 4 + 3 * b->ng + 1 + b->nargs);
     struct scall *sc = xcalloc(1, sizeof *sc);
     sc->s = s;
     sc->units = b->units;
@@ -906,7 +958,7 @@ static void flush_outbox(struct dq_store *s) {
         struct builder b;
         builder_init(s, &b, -1);
         for (; u; u = u->next) {
-            builder_add(s, &b, u);
+            builder_add(s, &b, u, now);
             if (b.nu >= MAX_CALL_REQS || b.reqs.len >= MAX_CALL_BYTES)
                 builder_send(s, &b, now);
         }
@@ -929,7 +981,7 @@ static void flush_outbox(struct dq_store *s) {
             }
             builder_init(s, &bs[nb++], slot);
         }
-        builder_add(s, &bs[i], u);
+        builder_add(s, &bs[i], u, now);
         if (bs[i].nu >= MAX_CALL_REQS || bs[i].reqs.len >= MAX_CALL_BYTES)
             builder_send(s, &bs[i], now);
     }
@@ -941,6 +993,8 @@ static void flush_outbox(struct dq_store *s) {
     dq_free(bs);
 }
 
+static void get_send(struct rreq *rq);
+
 static void flush_cb(evutil_socket_t fd, short what, void *arg) {
     struct dq_store *s = arg;
     /* completions first: their callbacks may queue more work */
@@ -949,6 +1003,13 @@ static void flush_cb(evutil_socket_t fd, short what, void *arg) {
         s->done_head = rq->next;
         if (!s->done_head) s->done_tail = NULL;
         req_complete(rq);
+    }
+    while (s->raw_head) {
+        struct rreq *rq = s->raw_head;
+        s->raw_head = rq->next;
+        if (!s->raw_head) s->raw_tail = NULL;
+        if (rq->op == OP_GET) get_send(rq);
+        else registry_fetch(rq);
     }
     flush_outbox(s);
 }
@@ -966,6 +1027,36 @@ static int64_t int_at(const redisReply *a, size_t i) {
 static const redisReply *str_at(const redisReply *a, size_t i) {
     if (i >= a->elements || a->element[i]->type != REDIS_REPLY_STRING) return NULL;
     return a->element[i];
+}
+
+/* --- records ------------------------------------------------------------- */
+
+
+static uint32_t le32(const unsigned char *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+           (uint32_t)p[3] << 24;
+}
+
+static int64_t ledouble(const unsigned char *p) {
+    uint64_t u = 0;
+    for (int i = 7; i >= 0; i--) u = u << 8 | p[i];
+    double d;
+    memcpy(&d, &u, sizeof d);
+    return (int64_t)d;
+}
+
+/* Fills the numbers of j from a record header (REC_HDR bytes). */
+static void rec_decode(struct dq_job *j, const unsigned char *h) {
+    j->state = (enum dq_state)h[0];
+    j->attempts = le32(h + 1);
+    j->ttr = le32(h + 5);
+    j->retries = le32(h + 9);
+    j->backoff.kind = h[13];
+    j->backoff.base = le32(h + 14);
+    j->backoff.max = le32(h + 18);
+    j->due = ledouble(h + 22);
+    j->created = ledouble(h + 30);
+    j->deadline = ledouble(h + 38);
 }
 
 static struct rjob *job_push(struct rreq *rq) {
@@ -1001,7 +1092,7 @@ static void unit_result(struct unit *u, const redisReply *e) {
     }
     switch (rq->op) {
     case OP_ADD:
-        if (int_at(e, 2)) s->count_delta++;
+        if (int_at(e, 1)) s->count_delta++;
         break;
     case OP_DEL: case OP_ACK: case OP_PURGE:
         rq->n += int_at(e, 1);
@@ -1014,36 +1105,42 @@ static void unit_result(struct unit *u, const redisReply *e) {
     case OP_NACK: case OP_TOUCH: case OP_RELEASE:
         rq->n = int_at(e, 1);
         break;
-    case OP_RESERVE:
-        for (size_t i = 1; i + 6 <= e->elements; i += 6) {
+    case OP_RESERVE: /* gidx id record, per job */
+        for (size_t i = 1; i + 3 <= e->elements; i += 3) {
             int64_t gi = int_at(e, i);
-            const redisReply *id = str_at(e, i + 1), *body = str_at(e, i + 2);
-            if (gi < 1 || (size_t)gi > u->ng || !id || !body) continue;
+            const redisReply *id = str_at(e, i + 1), *rec = str_at(e, i + 2);
+            if (gi < 1 || (size_t)gi > u->ng || !id || !rec || rec->len < REC_HDR)
+                continue;
             struct rshard *sh = rq->gs[u->g0 + (size_t)gi - 1];
             struct rjob *x = job_push(rq);
             x->topic = arena_put(rq, sh->t->name, sh->t->len);
             x->tlen = sh->t->len;
             x->id = arena_put(rq, id->str, id->len);
             x->ilen = id->len;
-            x->body = arena_put(rq, body->str, body->len);
-            x->blen = body->len;
-            x->j.state = DQ_RESERVED;
-            x->j.attempts = (uint32_t)int_at(e, i + 3);
-            x->j.deadline = int_at(e, i + 4);
-            x->j.ttr = (uint32_t)int_at(e, i + 5);
+            x->body = arena_put(rq, rec->str + REC_HDR, rec->len - REC_HDR);
+            x->blen = rec->len - REC_HDR;
+            rec_decode(&x->j, (const unsigned char *)rec->str);
             if (rq->count) rq->count--;
         }
         break;
-    case OP_LIST: {
-        uint64_t mode = (uint64_t)int_at(e, 1) & 1;
-        const redisReply *cur = str_at(e, 2);
+    case OP_LIST: { /* group index, mode, cursor, ids... */
+        int64_t gi = int_at(e, 1);
+        uint64_t mode = (uint64_t)int_at(e, 2) & 1;
+        const redisReply *cur = str_at(e, 3);
         uint64_t v = cur ? strtoull(cur->str, NULL, 10) : 0;
-        uint64_t shard = rq->cursor % s->K;
-        if (v == 0 && mode == 0) rq->rcursor = shard + 1 < s->K ? shard + 1 : 0;
-        else rq->rcursor = (v * 2 + mode) * s->K + shard;
-        for (size_t i = 3; i < e->elements; i++) {
+        if (gi < 1 || (size_t)gi > u->ng) gi = (int64_t)u->ng;
+        uint64_t shard = rq->gs[u->g0 + (size_t)gi - 1]->idx;
+        for (size_t i = 4; i < e->elements; i++) {
             const redisReply *id = str_at(e, i);
             if (id) strs_push(rq, id->str, id->len);
+        }
+        uint64_t got = e->elements > 4 ? e->elements - 4 : 0;
+        rq->count = got >= rq->count ? 0 : rq->count - got;
+        if (v == 0 && mode == 0) {
+            rq->rcursor = shard + 1 < s->K ? shard + 1 : 0;
+        } else {
+            rq->rcursor = (v * 2 + mode) * s->K + shard;
+            rq->count = 0; /* this shard is not done: the page ends here */
         }
         break;
     }
@@ -1115,13 +1212,27 @@ static void script_cb(void *pd, redisReply *r, const char *err) {
     struct scall *sc = pd;
     struct dq_store *s = sc->s;
     const redisReply *res = NULL, *info = NULL;
+    /* results: flat, per request a count and that many values */
+    redisReply *views = NULL;
     if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
         r->element[0]->type == REDIS_REPLY_ARRAY &&
         r->element[1]->type == REDIS_REPLY_ARRAY &&
-        r->element[0]->elements == sc->nu &&
         r->element[1]->elements == 2 * sc->ng) {
-        res = r->element[0];
-        info = r->element[1];
+        const redisReply *flat = r->element[0];
+        views = xcalloc(sc->nu ? sc->nu : 1, sizeof *views);
+        size_t pos = 0, i = 0;
+        for (; i < sc->nu && pos < flat->elements; i++) {
+            int64_t k = int_at(flat, pos);
+            if (k < 0 || (size_t)k > flat->elements - pos - 1) break;
+            views[i].type = REDIS_REPLY_ARRAY;
+            views[i].elements = (size_t)k;
+            views[i].element = flat->element + pos + 1;
+            pos += 1 + (size_t)k;
+        }
+        if (i == sc->nu && pos == flat->elements) {
+            res = flat;
+            info = r->element[1];
+        }
     } else if (r && r->type == REDIS_REPLY_ERROR) {
         log_warn("redis script error: %s", r->str);
     }
@@ -1130,17 +1241,23 @@ static void script_cb(void *pd, redisReply *r, const char *err) {
         for (size_t g = 0; g < sc->ng; g++) {
             struct rshard *sh = sc->groups[g];
             int64_t nx = int_at(info, 2 * g);
-            if (nx == -2) continue;
-            int64_t next = nx < 0 ? INT64_MAX : nx;
-            if (sh->msg_stamp > sc->msg_stamp && sh->next < next) next = sh->next;
-            if (!s->closing) heap_set(s, sh, next);
+            if (nx == -2 || s->closing) continue; /* nothing new */
+            int64_t next;
+            if (nx <= -3) { /* jobs queued for that time: "at most" */
+                next = -(nx + 3);
+                if (sh->next < next) next = sh->next;
+            } else { /* the next due time, or none */
+                next = nx < 0 ? INT64_MAX : nx;
+                if (sh->msg_stamp > sc->msg_stamp && sh->next < next) next = sh->next;
+            }
+            heap_set(s, sh, next);
         }
         arm_timer(s);
     }
     for (size_t i = 0; i < sc->nu; i++) {
         struct unit *u = sc->units[i];
         struct rreq *rq = u->rq;
-        if (res) unit_result(u, res->element[i]);
+        if (res) unit_result(u, &views[i]);
         else if (r && r->type == REDIS_REPLY_ERROR) map_error(rq, r->str);
         else if (r) req_fail(rq, DQ_UNAVAILABLE, "unexpected reply from Redis");
         else req_fail(rq, DQ_UNAVAILABLE, err ? err : "Redis unavailable");
@@ -1155,6 +1272,7 @@ static void script_cb(void *pd, redisReply *r, const char *err) {
                             s->K == 1 ? rl : -1);
         }
     }
+    dq_free(views);
     dq_free(sc->units);
     dq_free(sc->groups);
     dq_free(sc);
@@ -1194,22 +1312,6 @@ static void add_retry(struct rreq *rq) {
 
 /* --- GET: a plain HGET, decoded here --------------------------------------- */
 
-/* The record header the script packs (struct '<BIIIBIIdddd'), then the body. */
-#define REC_HDR 54
-
-static uint32_t le32(const unsigned char *p) {
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-           (uint32_t)p[3] << 24;
-}
-
-static int64_t ledouble(const unsigned char *p) {
-    uint64_t u = 0;
-    for (int i = 7; i >= 0; i--) u = u << 8 | p[i];
-    double d;
-    memcpy(&d, &u, sizeof d);
-    return (int64_t)d;
-}
-
 static void get_cb(void *pd, redisReply *r, const char *err) {
     struct rreq *rq = pd;
     if (!r) {
@@ -1226,16 +1328,7 @@ static void get_cb(void *pd, redisReply *r, const char *err) {
         x->body = arena_put(rq, r->str + REC_HDR, r->len - REC_HDR);
         x->blen = r->len - REC_HDR;
         struct dq_job *j = &x->j;
-        j->state = (enum dq_state)h[0];
-        j->attempts = le32(h + 1);
-        j->ttr = le32(h + 5);
-        j->retries = le32(h + 9);
-        j->backoff.kind = h[13];
-        j->backoff.base = le32(h + 14);
-        j->backoff.max = le32(h + 18);
-        j->due = ledouble(h + 22);
-        j->created = ledouble(h + 30);
-        j->deadline = ledouble(h + 38);
+        rec_decode(j, h);
         /* what the next carry will make of it, which is the truth now */
         int64_t now = now_ms(rq->s);
         if (j->state == DQ_DELAYED && j->due <= now) {
@@ -1292,12 +1385,12 @@ static void submit(struct rreq *rq) {
         rq->counted = true;
         s->adds_inflight++;
     }
-    if (rq->op == OP_GET) {
-        get_send(rq);
-        return;
-    }
-    if (plan(rq) != 0) {
-        registry_fetch(rq);
+    if (rq->op == OP_GET || plan(rq) != 0) { /* a plain command first */
+        rq->next = NULL;
+        if (s->raw_tail) s->raw_tail->next = rq;
+        else s->raw_head = rq;
+        s->raw_tail = rq;
+        event_active(s->flush_ev, 0, 0);
         return;
     }
     if (rq->ngs == 0) {
@@ -1562,12 +1655,12 @@ static int redis_open(struct dq_store **out, const struct dq_store_config *cfg,
     snprintf(s->cfgkey, sizeof s->cfgkey, "%s:shards", s->url.prefix);
     s->K = 1;
     s->timer_at = INT64_MAX;
-    if (s->url.cluster) s->slot_b = xcalloc(REDIS_SLOTS, sizeof *s->slot_b);
     if (htab_init(&s->topics, 64, topic_rehash) != 0) {
         snprintf(err, errlen, "out of memory");
         dq_free(s);
         return -1;
     }
+    if (s->url.cluster) s->slot_b = xcalloc(REDIS_SLOTS, sizeof *s->slot_b);
     s->timer_ev = evtimer_new(cfg->base, timer_cb, s);
     s->sweep_ev = event_new(cfg->base, -1, EV_PERSIST, sweep_cb, s);
     s->flush_ev = event_new(cfg->base, -1, 0, flush_cb, s);
@@ -1612,10 +1705,12 @@ static void redis_close(struct dq_store *s) {
     rcli_free(s->cli, DRAIN_MS);
     s->cli = NULL;
     /* what is left never reached Redis */
-    struct rreq *w = s->wait_head, *d = s->done_head;
+    struct rreq *w = s->wait_head, *d = s->done_head, *q = s->raw_head;
     s->wait_head = s->wait_tail = s->done_head = s->done_tail = NULL;
+    s->raw_head = s->raw_tail = NULL;
     fail_list(d);
     fail_list(w);
+    fail_list(q);
     while (s->out_head) { /* units queued by callbacks during the drain */
         struct unit *u = s->out_head;
         s->out_head = u->next;

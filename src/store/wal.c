@@ -3,8 +3,8 @@
  *
  * Layout of this file: fault seams, encoding, decoding and scanning, replay
  * into the engine, the data directory and recovery, the writer (group
- * commit, broken state and probes), the background sync thread, compaction
- * by fork, housekeeping.
+ * commit, broken state and probes), the background sync thread, compaction,
+ * housekeeping.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -12,16 +12,13 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -36,7 +33,7 @@
 static const uint8_t MAGIC[8] = {0x89, 'D', 'Q', 'L', 'O', 'G', '\r', '\n'};
 
 #define PROBE_MS 1000        /* broken log: time between probes */
-#define SNAP_CHUNK (1u << 20) /* compaction child: bytes per write */
+#define SNAP_CHUNK (1u << 20) /* compaction: bytes per write */
 #define FIND_BUDGET (256u << 20) /* bytes of CRC spent looking past damage */
 
 static int64_t mono_ms(void) {
@@ -160,7 +157,8 @@ static uint64_t get64(const uint8_t *p) {
     return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
 }
 
-#define JOB_FIXED 46 /* state, kind, due, created, deadline, 5 x u32 */
+#define JOB_FIXED 46   /* state, kind, due, created, deadline, 5 x u32 */
+#define STATE_FIXED 21 /* state, attempts, due, deadline */
 
 static size_t key_size(const struct dq_job *j) {
     return 4 + j->topic.len + j->id.len;
@@ -172,15 +170,15 @@ static size_t rec_size(const struct wal_rec *r) {
     switch (r->type) {
     case WAL_JOB: return 1 + JOB_FIXED + key_size(j) + 4 + j->body.len;
     case WAL_DEL:
-    case WAL_ACK:
-    case WAL_KICK: return 1 + key_size(j);
-    case WAL_RESERVE: return 1 + 12 + key_size(j);
-    case WAL_NACK: return 1 + 9 + key_size(j);
-    case WAL_TOUCH: return 1 + 8 + key_size(j);
-    case WAL_RELEASE: return 1 + 4 + key_size(j);
-    case WAL_EXPIRE: return 1 + 1 + key_size(j);
-    case WAL_KICKALL:
-    case WAL_PURGE: return 1 + 2 + j->topic.len;
+    case WAL_ACK: return 1 + key_size(j);
+    case WAL_RESERVE:
+    case WAL_NACK:
+    case WAL_TOUCH:
+    case WAL_RELEASE:
+    case WAL_EXPIRE:
+    case WAL_KICK: return 1 + STATE_FIXED + key_size(j);
+    case WAL_KICKALL: return 1 + 16 + 2 + j->topic.len;
+    case WAL_PURGE: return 1 + 8 + 2 + j->topic.len;
     case WAL_COUNTERS: return 1 + 64;
     case WAL_SNAPEND: return 1 + 8;
     default: return 0;
@@ -212,31 +210,28 @@ static size_t encode_at(uint8_t *dst, const struct wal_rec *r) {
         p += j->body.len;
         break;
     case WAL_RESERVE:
-        p = put32(p, j->attempts);
-        p = put64(p, (uint64_t)j->deadline);
-        goto key;
     case WAL_NACK:
-        *p++ = (uint8_t)j->state;
-        p = put64(p, (uint64_t)j->due);
-        goto key;
     case WAL_TOUCH:
-        p = put64(p, (uint64_t)j->deadline);
-        goto key;
     case WAL_RELEASE:
-        p = put32(p, j->attempts);
-        goto key;
     case WAL_EXPIRE:
+    case WAL_KICK:
         *p++ = (uint8_t)j->state;
-        goto key;
+        p = put32(p, j->attempts);
+        p = put64(p, (uint64_t)j->due);
+        p = put64(p, (uint64_t)(j->state == DQ_RESERVED ? j->deadline : 0));
+        /* fall through */
     case WAL_DEL:
     case WAL_ACK:
-    case WAL_KICK:
-    key:
         p = putstr16(p, j->topic);
         p = putstr16(p, j->id);
         break;
     case WAL_KICKALL:
+        p = put64(p, (uint64_t)j->due);
+        p = put64(p, r->count);
+        p = putstr16(p, j->topic);
+        break;
     case WAL_PURGE:
+        p = put64(p, r->count);
         p = putstr16(p, j->topic);
         break;
     case WAL_COUNTERS: {
@@ -377,43 +372,35 @@ static const char *decode(const uint8_t *p, size_t n, struct wal_rec *out) {
         break;
     }
     case WAL_RESERVE:
-        j->attempts = rd32(&r);
-        j->deadline = (int64_t)rd64(&r);
-        rd_key(&r, j);
-        if (!r.bad && !valid_time(j->deadline)) return "time out of range";
-        break;
     case WAL_NACK:
+    case WAL_TOUCH:
+    case WAL_RELEASE:
+    case WAL_EXPIRE:
+    case WAL_KICK:
         j->state = rd8(&r);
+        j->attempts = rd32(&r);
         j->due = (int64_t)rd64(&r);
+        j->deadline = (int64_t)rd64(&r);
         rd_key(&r, j);
         if (r.bad) break;
-        if (j->state != DQ_DELAYED && j->state != DQ_READY &&
-            j->state != DQ_DEAD)
-            return "bad nack state";
-        if (!valid_time(j->due)) return "time out of range";
-        break;
-    case WAL_TOUCH:
-        j->deadline = (int64_t)rd64(&r);
-        rd_key(&r, j);
-        if (!r.bad && !valid_time(j->deadline)) return "time out of range";
-        break;
-    case WAL_RELEASE:
-        j->attempts = rd32(&r);
-        rd_key(&r, j);
-        break;
-    case WAL_EXPIRE:
-        j->state = rd8(&r);
-        rd_key(&r, j);
-        if (!r.bad && j->state != DQ_READY && j->state != DQ_DEAD)
-            return "bad expire state";
+        if ((unsigned)j->state >= DQ_NSTATES) return "bad job state";
+        if (!valid_time(j->due) || !valid_time(j->deadline))
+            return "time out of range";
+        if ((j->state == DQ_RESERVED) != (j->deadline != 0))
+            return "deadline without reservation";
         break;
     case WAL_DEL:
     case WAL_ACK:
-    case WAL_KICK:
         rd_key(&r, j);
         break;
     case WAL_KICKALL:
+        j->due = (int64_t)rd64(&r);
+        out->count = rd64(&r);
+        j->topic = rdstr16(&r, 1, DQ_TOPIC_MAX);
+        if (!r.bad && !valid_time(j->due)) return "time out of range";
+        break;
     case WAL_PURGE:
+        out->count = rd64(&r);
         j->topic = rdstr16(&r, 1, DQ_TOPIC_MAX);
         break;
     case WAL_COUNTERS: {
@@ -469,10 +456,14 @@ static uint64_t find_valid(const uint8_t *p, size_t len, size_t from) {
     return 0;
 }
 
-int wal_scan(const void *data, size_t len,
-             int (*fn)(void *ud, const struct wal_rec *r, uint64_t off),
-             void *ud, struct wal_scan *res) {
+/* wal_scan; `verified`, if not NULL, is the end of the records a helper
+ * thread has already checked the CRCs of (see scan_big). */
+static int scan(const void *data, size_t len,
+                int (*fn)(void *ud, const struct wal_rec *r, uint64_t off),
+                void *ud, struct wal_scan *res,
+                const atomic_size_t *verified) {
     const uint8_t *p = data;
+    size_t checked = 0;
     memset(res, 0, sizeof *res);
     if (len < WAL_HEADER_SIZE ||
         (all_zero(p, WAL_HEADER_SIZE) && all_zero(p, len))) {
@@ -527,8 +518,13 @@ int wal_scan(const void *data, size_t len,
                 why = "bad record length";
             } else if (rl > rem - WAL_REC_HEADER) {
                 why = "record runs past the end of the file";
-            } else if ((uint32_t)crc32_z(0, p + off + 4, 4 + (size_t)rl) !=
-                       crc) {
+            } else if (off + WAL_REC_HEADER + rl > checked &&
+                       (!verified ||
+                        off + WAL_REC_HEADER + rl >
+                            (checked = atomic_load_explicit(
+                                 verified, memory_order_acquire))) &&
+                       (uint32_t)crc32_z(0, p + off + 4, 4 + (size_t)rl) !=
+                           crc) {
                 why = "checksum mismatch";
             } else {
                 struct wal_rec rec;
@@ -563,6 +559,61 @@ int wal_scan(const void *data, size_t len,
     res->good = off;
     res->end = WAL_END_CLEAN;
     return 0;
+}
+
+int wal_scan(const void *data, size_t len,
+             int (*fn)(void *ud, const struct wal_rec *r, uint64_t off),
+             void *ud, struct wal_scan *res) {
+    return scan(data, len, fn, ud, res, NULL);
+}
+
+/* Recovery of a large file: a helper thread checks the CRCs ahead of the
+ * replay, so that the loop thread only decodes and applies. The helper
+ * walks the same chain of records and publishes how far every record is
+ * known good; it stops at the first doubt, and the replay checks the rest
+ * itself. */
+#define SCAN_HELPER_MIN (8u << 20)
+
+struct verifier {
+    const uint8_t *p;
+    size_t len;
+    atomic_size_t done;
+    atomic_bool stop;
+};
+
+static void *verify_main(void *arg) {
+    struct verifier *v = arg;
+    size_t off = WAL_HEADER_SIZE;
+    unsigned n = 0;
+    while (!atomic_load_explicit(&v->stop, memory_order_relaxed)) {
+        if (v->len - off < WAL_REC_HEADER) break;
+        uint32_t rl = get32(v->p + off + 4);
+        if (rl == 0 || rl > WAL_REC_MAX || rl > v->len - off - WAL_REC_HEADER)
+            break;
+        if ((uint32_t)crc32_z(0, v->p + off + 4, 4 + (size_t)rl) !=
+            get32(v->p + off))
+            break;
+        off += WAL_REC_HEADER + rl;
+        if ((++n & 255) == 0)
+            atomic_store_explicit(&v->done, off, memory_order_release);
+    }
+    atomic_store_explicit(&v->done, off, memory_order_release);
+    return NULL;
+}
+
+static int scan_big(const void *data, size_t len,
+                    int (*fn)(void *ud, const struct wal_rec *r, uint64_t off),
+                    void *ud, struct wal_scan *res) {
+    struct verifier v = {.p = data, .len = len};
+    atomic_init(&v.done, 0);
+    atomic_init(&v.stop, false);
+    pthread_t t;
+    if (len < SCAN_HELPER_MIN || pthread_create(&t, NULL, verify_main, &v))
+        return scan(data, len, fn, ud, res, NULL);
+    int rc = scan(data, len, fn, ud, res, &v.done);
+    atomic_store(&v.stop, true);
+    pthread_join(t, NULL);
+    return rc;
 }
 
 /* --- replay into the engine ---------------------------------------------- */
@@ -641,23 +692,41 @@ static int apply(void *ud, const struct wal_rec *r, uint64_t off) {
         rp->err = "record after the end of a snapshot";
         return -1;
     }
+    /* The counters come from the records alone: the state a record meets
+     * in replay may differ from the one it met (a snapshot taken while the
+     * engine moved), the record's outcome does not. */
     switch (r->type) {
     case WAL_JOB:
         if (rp->snapshot) rp->snap_jobs++;
         else rp->cnt.added++;
+        break;
+    case WAL_DEL: rp->cnt.deleted++; break;
+    case WAL_ACK: rp->cnt.acked++; break;
+    case WAL_RESERVE: rp->cnt.reserved++; break;
+    case WAL_NACK:
+        rp->cnt.nacked++;
+        if (r->job.state == DQ_DEAD) rp->cnt.dead++;
+        break;
+    case WAL_EXPIRE:
+        rp->cnt.expired++;
+        if (r->job.state == DQ_DEAD) rp->cnt.dead++;
+        break;
+    case WAL_KICK: rp->cnt.kicked++; break;
+    case WAL_KICKALL: rp->cnt.kicked += r->count; break;
+    case WAL_PURGE: rp->cnt.deleted += r->count; break;
+    }
+    switch (r->type) {
+    case WAL_JOB:
         return put_job(rp, &r->job);
     case WAL_DEL:
     case WAL_ACK:
-        if (engine_del(e, r->job.topic, r->job.id)) {
-            if (r->type == WAL_ACK) rp->cnt.acked++;
-            else rp->cnt.deleted++;
-        }
+        engine_del(e, r->job.topic, r->job.id);
         return 0;
     case WAL_KICKALL:
-        rp->cnt.kicked += (uint64_t)engine_kick(e, r->job.due, r->job.topic, 0);
+        engine_kick(e, r->job.due, r->job.topic, 0);
         return 0;
     case WAL_PURGE:
-        rp->cnt.deleted += (uint64_t)engine_purge(e, r->job.topic);
+        engine_purge(e, r->job.topic);
         return 0;
     case WAL_COUNTERS:
         rp->cnt = r->counters;
@@ -676,42 +745,13 @@ static int apply(void *ud, const struct wal_rec *r, uint64_t off) {
     default:
         break;
     }
-    /* the rest change one field or two of one job */
+    /* the rest set the mutable state of one job */
     rc = take_job(rp, r, &j);
     if (rc <= 0) return rc;
-    switch (r->type) {
-    case WAL_RESERVE:
-        j.state = DQ_RESERVED;
-        j.attempts = r->job.attempts;
-        j.deadline = r->job.deadline;
-        rp->cnt.reserved++;
-        break;
-    case WAL_NACK:
-        j.state = r->job.state;
-        j.due = r->job.due;
-        rp->cnt.nacked++;
-        if (j.state == DQ_DEAD) rp->cnt.dead++;
-        break;
-    case WAL_TOUCH:
-        j.deadline = r->job.deadline;
-        break;
-    case WAL_RELEASE:
-        j.state = DQ_READY;
-        j.attempts = r->job.attempts;
-        break;
-    case WAL_EXPIRE:
-        j.state = r->job.state;
-        rp->cnt.expired++;
-        if (j.state == DQ_DEAD) rp->cnt.dead++;
-        break;
-    case WAL_KICK:
-        j.state = DQ_READY;
-        j.attempts = 0;
-        rp->cnt.kicked++;
-        break;
-    }
-    if (j.state != DQ_RESERVED) j.deadline = 0;
-    else if (j.deadline == 0) j.deadline = rp->now;
+    j.state = r->job.state;
+    j.attempts = r->job.attempts;
+    j.due = r->job.due;
+    j.deadline = r->job.deadline;
     return put_job(rp, &j);
 }
 
@@ -748,15 +788,12 @@ struct wal {
     uint64_t snap_bytes;
     uint64_t log_bytes;    /* bytes of the segments after the snapshot */
     /* compaction */
-    pid_t child;
-    int child_fd;
-    uint64_t child_seq;
-    int64_t child_start;
+    struct snapper *snap;  /* the compaction running, or NULL */
     int64_t next_compact;  /* monotonic ms; after a failure */
     int64_t compact_backoff;
     uint64_t compactions;
     int64_t last_compact_ms;
-    struct event *child_ev, *tick_ev;
+    struct event *snap_ev, *tick_ev;
     void (*on_writable)(void *ud);
     void *on_writable_ud;
     struct syncer sync;
@@ -987,7 +1024,7 @@ static int load_snapshot(struct recov *rc, uint64_t seq) {
         sc.good = 0;
     } else {
         rc->rp.snapshot = true;
-        stop = wal_scan(m.p, m.len, apply, &rc->rp, &sc);
+        stop = scan_big(m.p, m.len, apply, &rc->rp, &sc);
         rc->rp.snapshot = false;
         rc->info->bytes += m.len;
         if (stop) why = rc->rp.err;
@@ -1051,7 +1088,7 @@ static int replay_log(struct recov *rc, uint64_t seq, bool last,
         snprintf(sc.why, sizeof sc.why,
                  "file header does not match the file name");
     } else {
-        stop = wal_scan(m.p, len, apply, &rc->rp, &sc);
+        stop = scan_big(m.p, len, apply, &rc->rp, &sc);
     }
     rc->info->bytes += len;
     *good = sc.good;
@@ -1338,185 +1375,150 @@ static void sync_stop(struct wal *w) {
 
 /* --- compaction ----------------------------------------------------------- */
 
-struct snapw {
+/* A compaction writes a snapshot of the engine while the server goes on.
+ * It starts right after a commit, when the engine holds exactly what the
+ * log holds: the current segment N is closed, N+1 takes the new records,
+ * and the snapshot "N.snap" is written from the loop in small slices (a few
+ * thousand jobs per loop iteration), walking each topic's id table with a
+ * SCAN cursor. A job that changes while the walk goes on may be captured
+ * before or after the change, but the change itself is in segment N+1, and
+ * every record there sets a job's state outright, so replaying N+1 over the
+ * snapshot ends where the engine is. The counters are taken at the start.
+ * Then a helper thread syncs the file, and the loop renames it into place
+ * and deletes the files it covers. Nothing forks, nothing is copied
+ * wholesale, and no step holds the loop for long. */
+
+#define SNAP_SLICE 2048 /* jobs per step */
+#define SNAP_SCAN 64    /* buckets per engine_list call */
+
+struct snapper {
+    bool active;
+    uint64_t seq;            /* the snapshot covers segments <= seq */
     int fd;
-    uint8_t *b;
+    uint8_t *b;              /* SNAP_CHUNK bytes being filled */
     size_t len;
     uint64_t off;
     uint64_t jobs;
-    int err;
+    int err;                 /* errno of a failed write */
+    const struct engine *e;
+    struct dq_stats counters;
+    char *names;             /* the topics at the start, NUL-separated */
+    size_t names_len, at;    /* at: offset of the current topic */
+    uint64_t cursor;
+    int64_t start;
+    /* the final sync, in a helper thread */
+    bool syncing;
+    pthread_t sync_thread;
+    atomic_bool synced;
+    atomic_int sync_err;
 };
 
-static void snap_flush(struct snapw *s) {
-    if (s->err || s->len == 0) return;
-    if (write_all(s->fd, s->b, s->len, s->off) != 0) s->err = errno;
-    s->off += s->len;
-    s->len = 0;
+static void snap_flush(struct wal *w) {
+    struct snapper *sn = w->snap;
+    if (sn->err || sn->len == 0) return;
+    if (write_all(sn->fd, sn->b, sn->len, sn->off) != 0) sn->err = errno;
+    sn->off += sn->len;
+    sn->len = 0;
 }
 
-static void snap_rec(struct snapw *s, const struct wal_rec *r) {
+static void snap_rec(struct wal *w, const struct wal_rec *r) {
+    struct snapper *sn = w->snap;
     size_t n = WAL_REC_HEADER + rec_size(r);
-    if (s->len + n > SNAP_CHUNK) snap_flush(s);
-    if (n > SNAP_CHUNK) { /* a body bigger than the chunk: write alone */
-        uint8_t *p = malloc(n);
+    if (sn->len + n > SNAP_CHUNK) snap_flush(w);
+    if (n > SNAP_CHUNK) { /* a body bigger than the chunk: on its own */
+        uint8_t *p = dq_malloc(n);
         if (!p) {
-            s->err = ENOMEM;
+            sn->err = ENOMEM;
             return;
         }
         encode_at(p, r);
-        if (!s->err && write_all(s->fd, p, n, s->off) != 0) s->err = errno;
-        s->off += n;
-        free(p);
+        if (!sn->err && write_all(sn->fd, p, n, sn->off) != 0) sn->err = errno;
+        sn->off += n;
+        dq_free(p);
         return;
     }
-    s->len += encode_at(s->b + s->len, r);
+    sn->len += encode_at(sn->b + sn->len, r);
 }
 
-static void snap_job(void *ud, const struct dq_job *j) {
-    struct snapw *s = ud;
-    struct wal_rec r = {.type = WAL_JOB, .job = *j};
-    snap_rec(s, &r);
-    s->jobs++;
+static void snap_name(void *ud, struct dq_str topic) {
+    struct buf *b = ud;
+    buf_append(b, topic.p, topic.len);
+    buf_append(b, "", 1);
 }
 
-/* In the child: writes "<seq>.snap.tmp" and syncs it. Returns 0 or errno. */
-static int write_snapshot(int dirfd, uint64_t seq, const struct engine *e) {
-    char name[64];
-    snprintf(name, sizeof name, "%08" PRIu64 ".snap.tmp", seq);
-    struct snapw s = {.fd = -1};
-    s.fd = openat(dirfd, name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
-                  0644);
-    if (s.fd < 0) return errno;
-    s.b = malloc(SNAP_CHUNK);
-    if (!s.b) return ENOMEM;
-    header_at(s.b, WAL_KIND_SNAPSHOT, seq);
-    s.len = WAL_HEADER_SIZE;
-    engine_foreach(e, snap_job, &s);
-    struct wal_rec r = {.type = WAL_COUNTERS};
-    engine_stats(e, (struct dq_str){NULL, 0}, &r.counters);
-    snap_rec(&s, &r);
-    r = (struct wal_rec){.type = WAL_SNAPEND, .count = s.jobs};
-    snap_rec(&s, &r);
-    snap_flush(&s);
-    if (!s.err && wal_io.fdatasync(s.fd) != 0) s.err = errno;
-    close(s.fd);
-    free(s.b);
-    return s.err;
+struct snap_step {
+    struct wal *w;
+    struct dq_str topic;
+    uint64_t n;
+};
+
+static void snap_id(void *ud, struct dq_str id) {
+    struct snap_step *st = ud;
+    struct wal_rec r = {.type = WAL_JOB};
+    if (!engine_get(st->w->snap->e, st->topic, id, &r.job)) return;
+    snap_rec(st->w, &r);
+    st->w->snap->jobs++;
+    st->n++;
 }
 
-static void child_cb(evutil_socket_t fd, short what, void *arg);
-
-/* Closes the current segment and starts the next one. */
-static int rotate(struct wal *w) {
-    int fd = create_segment(w, w->seg + 1);
-    if (fd < 0) return -1;
-    int old = w->fd;
-    w->fd = fd;
-    w->seg++;
-    w->off = WAL_HEADER_SIZE;
-    w->log_bytes += WAL_HEADER_SIZE;
-    sync_handover(w); /* the thread syncs and closes its copy of the old */
-    close(old);
-    return 0;
+static void snap_free(struct wal *w) {
+    struct snapper *sn = w->snap;
+    if (!sn) return;
+    if (sn->syncing) pthread_join(sn->sync_thread, NULL);
+    if (sn->fd >= 0) close(sn->fd);
+    dq_free(sn->b);
+    dq_free(sn->names);
+    dq_free(sn);
+    w->snap = NULL;
 }
 
-int wal_maybe_compact(struct wal *w, const struct engine *e, bool force) {
-    if (!w || w->child > 0 || w->broken || w->len > 0) return 0;
-    int64_t now = mono_ms();
-    if (!force) {
-        uint64_t min = w->cfg.compact_min ? w->cfg.compact_min
-                                          : WAL_COMPACT_MIN_DEFAULT;
-        if (w->log_bytes < min || w->log_bytes < w->snap_bytes) return 0;
-        if (now < w->next_compact) return 0;
+static void snap_tmp_name(char *b, size_t n, uint64_t seq) {
+    snprintf(b, n, "%08" PRIu64 ".snap.tmp", seq);
+}
+
+static void compact_failed(struct wal *w, int err, const char *what) {
+    char tmp[64];
+    log_warn("compaction failed (%s: %s); will retry", what, strerror(err));
+    if (w->snap) {
+        snap_tmp_name(tmp, sizeof tmp, w->snap->seq);
+        snap_free(w);
+        unlinkat(w->dirfd, tmp, 0);
     }
-    uint64_t seq = w->seg;
-    if (rotate(w) != 0) {
-        log_warn("compaction: cannot start a new segment: %s",
-                 strerror(errno));
-        goto failed;
-    }
-    int pfd[2];
-    if (pipe2(pfd, O_CLOEXEC) != 0) goto failed;
-    pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid < 0) {
-        log_warn("compaction: fork failed: %s", strerror(errno));
-        close(pfd[0]);
-        close(pfd[1]);
-        goto failed;
-    }
-    if (pid == 0) {
-        /* the child: die with the parent; hold no socket, lock or log */
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent) _exit(3);
-        int keep = pfd[1], dfd = w->dirfd;
-        int lo = keep < dfd ? keep : dfd, hi = keep < dfd ? dfd : keep;
-        if (lo > 3) close_range(3, (unsigned)lo - 1, 0);
-        if (hi > lo + 1) close_range((unsigned)lo + 1, (unsigned)hi - 1, 0);
-        close_range((unsigned)hi + 1, ~0U, 0);
-        int rc = write_snapshot(dfd, seq, e);
-        _exit(rc ? 1 : 0);
-    }
-    close(pfd[1]);
-    w->child = pid;
-    w->child_fd = pfd[0];
-    w->child_seq = seq;
-    w->child_start = now;
-    if (w->cfg.base) {
-        w->child_ev = event_new(w->cfg.base, pfd[0], EV_READ, child_cb, w);
-        if (w->child_ev) event_add(w->child_ev, NULL);
-    }
-    log_info("compaction started: snapshot of segments <= %08" PRIu64
-             " (%" PRIu64 " bytes of log) in child %d",
-             seq, w->log_bytes, (int)pid);
-    return 1;
-failed:
     w->compact_backoff = w->compact_backoff ? w->compact_backoff * 2 : 1000;
     if (w->compact_backoff > 60000) w->compact_backoff = 60000;
-    w->next_compact = now + w->compact_backoff;
-    return -1;
+    w->next_compact = mono_ms() + w->compact_backoff;
 }
 
-bool wal_compacting(const struct wal *w) { return w && w->child > 0; }
+/* Stops a compaction (the engine it reads is going away). */
+static void compact_abort(struct wal *w) {
+    char tmp[64];
+    if (!w->snap) return;
+    snap_tmp_name(tmp, sizeof tmp, w->snap->seq);
+    snap_free(w);
+    unlinkat(w->dirfd, tmp, 0);
+}
 
-/* Installs the child's snapshot once it has exited. block: wait for it. */
-static void finish_compaction(struct wal *w, bool block) {
-    if (w->child <= 0) return;
-    int st;
-    pid_t r;
-    do r = waitpid(w->child, &st, block ? 0 : WNOHANG);
-    while (r < 0 && errno == EINTR);
-    if (r == 0) return;
-    if (w->child_ev) event_free(w->child_ev);
-    w->child_ev = NULL;
-    close(w->child_fd);
-    w->child_fd = -1;
-    w->child = 0;
-    uint64_t seq = w->child_seq;
+static void *snap_sync_main(void *arg) {
+    struct snapper *sn = arg;
+    if (wal_io.fdatasync(sn->fd) != 0) atomic_store(&sn->sync_err, errno);
+    atomic_store(&sn->synced, true);
+    return NULL;
+}
+
+/* The snapshot is on disk: put it in place and drop what it replaces. */
+static void compact_install(struct wal *w) {
+    struct snapper *sn = w->snap;
+    uint64_t seq = sn->seq, jobs = sn->jobs;
+    int64_t took = mono_ms() - sn->start;
     char tmp[64], name[64];
-    snprintf(tmp, sizeof tmp, "%08" PRIu64 ".snap.tmp", seq);
+    snap_tmp_name(tmp, sizeof tmp, seq);
     seg_name(name, sizeof name, seq, "snap");
-    int64_t now = mono_ms();
-    if (r < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-        log_warn("compaction failed (child %s %d); will retry",
-                 r > 0 && WIFSIGNALED(st) ? "killed by signal" : "status",
-                 r > 0 ? (WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st))
-                       : -1);
-        unlinkat(w->dirfd, tmp, 0);
-        w->compact_backoff =
-            w->compact_backoff ? w->compact_backoff * 2 : 1000;
-        if (w->compact_backoff > 60000) w->compact_backoff = 60000;
-        w->next_compact = now + w->compact_backoff;
-        return;
-    }
+    snap_free(w);
     if (renameat(w->dirfd, tmp, w->dirfd, name) != 0) {
-        log_warn("compaction: cannot rename %s: %s", tmp, strerror(errno));
-        unlinkat(w->dirfd, tmp, 0);
-        w->next_compact = now + 1000;
+        compact_failed(w, errno, "rename");
         return;
     }
     fsync_dir(w);
-    /* the new snapshot covers everything up to seq: drop what it replaces */
     uint64_t freed = 0;
     if (w->snap_seq) {
         char old[64];
@@ -1538,22 +1540,138 @@ static void finish_compaction(struct wal *w, bool block) {
     w->compactions++;
     w->compact_backoff = 0;
     w->next_compact = 0;
-    w->last_compact_ms = now - w->child_start;
-    log_info("compaction done in %" PRId64 " ms: snapshot %s is %" PRIu64
-             " bytes, %" PRIu64 " bytes freed",
-             w->last_compact_ms, name, w->snap_bytes, freed);
+    w->last_compact_ms = took;
+    log_info("compaction done in %" PRId64 " ms: %s holds %" PRIu64
+             " jobs in %" PRIu64 " bytes; %" PRIu64 " bytes freed",
+             took, name, jobs, w->snap_bytes, freed);
 }
 
-static void child_cb(evutil_socket_t fd, short what, void *arg) {
+/* One slice of work. Returns true while there is more. */
+static bool compact_step(struct wal *w) {
+    struct snapper *sn = w->snap;
+    if (!sn) return false;
+    if (sn->syncing) {
+        if (!atomic_load(&sn->synced)) return true;
+        pthread_join(sn->sync_thread, NULL);
+        sn->syncing = false;
+        int e = atomic_load(&sn->sync_err);
+        if (e) compact_failed(w, e, "fdatasync");
+        else compact_install(w);
+        return false;
+    }
+    struct snap_step st = {.w = w};
+    while (st.n < SNAP_SLICE && sn->at < sn->names_len && !sn->err) {
+        const char *t = sn->names + sn->at;
+        st.topic = (struct dq_str){t, strlen(t)};
+        /* the four states at one cursor: one pass over the same buckets */
+        uint64_t next = 0;
+        for (int state = 0; state < DQ_NSTATES; state++)
+            next = engine_list(sn->e, st.topic, state, SNAP_SCAN, sn->cursor,
+                               snap_id, &st);
+        sn->cursor = next;
+        if (next == 0) sn->at += st.topic.len + 1;
+    }
+    if (!sn->err && sn->at >= sn->names_len) {
+        struct wal_rec r = {.type = WAL_COUNTERS, .counters = sn->counters};
+        snap_rec(w, &r);
+        r = (struct wal_rec){.type = WAL_SNAPEND, .count = sn->jobs};
+        snap_rec(w, &r);
+        snap_flush(w);
+        if (!sn->err) {
+            atomic_init(&sn->synced, false);
+            atomic_init(&sn->sync_err, 0);
+            if (pthread_create(&sn->sync_thread, NULL, snap_sync_main, sn)) {
+                compact_failed(w, EAGAIN, "thread");
+                return false;
+            }
+            sn->syncing = true;
+            return true;
+        }
+    }
+    if (sn->err) {
+        compact_failed(w, sn->err, "write");
+        return false;
+    }
+    return true;
+}
+
+static void snap_cb(evutil_socket_t fd, short what, void *arg) {
     struct wal *w = arg;
-    char b[16];
     (void)fd;
     (void)what;
-    /* EOF when the child exits; it writes nothing */
-    while (read(w->child_fd, b, sizeof b) > 0) {
+    if (compact_step(w)) {
+        /* after the I/O that the next poll finds */
+        struct timeval tv = {0, w->snap && w->snap->syncing ? 1000 : 0};
+        event_add(w->snap_ev, &tv);
     }
-    finish_compaction(w, true);
 }
+
+/* Closes the current segment and starts the next one. */
+static int rotate(struct wal *w) {
+    int fd = create_segment(w, w->seg + 1);
+    if (fd < 0) return -1;
+    int old = w->fd;
+    w->fd = fd;
+    w->seg++;
+    w->off = WAL_HEADER_SIZE;
+    w->log_bytes += WAL_HEADER_SIZE;
+    sync_handover(w); /* the thread syncs and closes its copy of the old */
+    close(old);
+    return 0;
+}
+
+int wal_maybe_compact(struct wal *w, const struct engine *e, bool force) {
+    if (!w || w->snap || w->broken || w->len > 0) return 0;
+    int64_t now = mono_ms();
+    if (!force) {
+        uint64_t min = w->cfg.compact_min ? w->cfg.compact_min
+                                          : WAL_COMPACT_MIN_DEFAULT;
+        if (w->log_bytes < min || w->log_bytes < w->snap_bytes) return 0;
+        if (now < w->next_compact) return 0;
+    }
+    struct snapper *sn = dq_calloc(1, sizeof *sn);
+    struct buf names = BUF_INIT;
+    char tmp[64];
+    if (!sn || !(sn->b = dq_malloc(SNAP_CHUNK))) {
+        dq_free(sn);
+        compact_failed(w, ENOMEM, "start");
+        return -1;
+    }
+    sn->fd = -1;
+    w->snap = sn;
+    uint64_t seq = w->seg;
+    if (rotate(w) != 0) {
+        compact_failed(w, errno, "new segment");
+        return -1;
+    }
+    sn->seq = seq;
+    sn->e = e;
+    sn->start = now;
+    snap_tmp_name(tmp, sizeof tmp, seq);
+    sn->fd = openat(w->dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
+                    0644);
+    if (sn->fd < 0) {
+        compact_failed(w, errno, tmp);
+        return -1;
+    }
+    header_at(sn->b, WAL_KIND_SNAPSHOT, seq);
+    sn->len = WAL_HEADER_SIZE;
+    engine_stats(e, (struct dq_str){NULL, 0}, &sn->counters);
+    engine_topics(e, snap_name, &names);
+    sn->names = names.p; /* (a buf's memory is a dq_malloc block) */
+    sn->names_len = names.len;
+    sn->active = true;
+    if (w->snap_ev) {
+        struct timeval tv = {0, 0};
+        event_add(w->snap_ev, &tv);
+    }
+    log_info("compaction started: snapshot %08" PRIu64 ".snap of %" PRIu64
+             " jobs (%" PRIu64 " bytes of log since the last one)",
+             seq, engine_count(e), w->log_bytes);
+    return 1;
+}
+
+bool wal_compacting(const struct wal *w) { return w && w->snap; }
 
 /* --- the writer ----------------------------------------------------------- */
 
@@ -1686,7 +1804,7 @@ fail:
 
 bool wal_tick(struct wal *w) {
     if (!w) return false;
-    finish_compaction(w, false);
+    if (!w->cfg.base) compact_step(w);
     check_sync_thread(w);
     if (w->broken && mono_ms() >= w->next_probe) return probe(w);
     return false;
@@ -1708,6 +1826,7 @@ int wal_reload(struct wal *w, struct engine *e, int64_t now, char *err,
                size_t errlen) {
     struct wal_recovery info;
     uint64_t log_bytes = w->log_bytes;
+    compact_abort(w); /* it reads the engine being replaced */
     int rc = recover(w, e, now, false, &info, err, errlen);
     w->log_bytes = log_bytes;
     if (rc == 0)
@@ -1730,7 +1849,7 @@ int wal_open(struct wal **out, const struct wal_config *cfg, struct engine *e,
         return -1;
     }
     w->cfg = *cfg;
-    w->dirfd = w->lockfd = w->fd = w->child_fd = -1;
+    w->dirfd = w->lockfd = w->fd = -1;
     w->dir = dq_malloc(strlen(cfg->dir) + 1);
     if (!w->dir) {
         snprintf(err, errlen, "out of memory");
@@ -1765,8 +1884,9 @@ int wal_open(struct wal **out, const struct wal_config *cfg, struct engine *e,
     }
     if (cfg->base) {
         w->tick_ev = event_new(cfg->base, -1, EV_PERSIST, tick_cb, w);
+        w->snap_ev = evtimer_new(cfg->base, snap_cb, w);
         struct timeval tv = {1, 0};
-        if (!w->tick_ev || event_add(w->tick_ev, &tv) != 0) {
+        if (!w->tick_ev || !w->snap_ev || event_add(w->tick_ev, &tv) != 0) {
             snprintf(err, errlen, "out of memory");
             goto fail;
         }
@@ -1790,11 +1910,9 @@ void wal_close(struct wal *w) {
                       strerror(errno));
     }
     sync_stop(w);
-    if (w->child > 0) {
-        kill(w->child, SIGKILL);
-        finish_compaction(w, true);
-    }
+    compact_abort(w);
     if (w->tick_ev) event_free(w->tick_ev);
+    if (w->snap_ev) event_free(w->snap_ev);
     if (w->fd >= 0) close(w->fd);
     if (w->lockfd >= 0) close(w->lockfd);
     if (w->dirfd >= 0) close(w->dirfd);
@@ -1818,7 +1936,7 @@ void wal_info(const struct wal *w,
     emit(ud, "log_snapshot_bytes", v);
     snprintf(v, sizeof v, "%" PRIu64, w->compactions);
     emit(ud, "log_compactions", v);
-    emit(ud, "log_compacting", w->child > 0 ? "1" : "0");
+    emit(ud, "log_compacting", w->snap ? "1" : "0");
     snprintf(v, sizeof v, "%" PRId64, w->last_compact_ms);
     emit(ud, "log_last_compaction_ms", v);
     emit(ud, "log_writable", w->broken ? "0" : "1");

@@ -25,11 +25,13 @@
  *
  * Compaction: when the segments written since the last snapshot outgrow
  * both the snapshot and cfg->compact_min bytes, wal_maybe_compact rotates to
- * a new segment and fork()s; the child writes the engine's state as a new
- * snapshot while the parent goes on logging into the new segment. When the
- * child is done the parent installs the snapshot and deletes the files it
- * covers. Nothing old is kept alive by a long-lived job: each snapshot holds
- * a copy of every live job.
+ * a new segment and starts writing a snapshot of the engine from the loop,
+ * a few thousand jobs per loop iteration, while new records go to the new
+ * segment (records set state outright, so the new segment replayed over a
+ * snapshot taken while the engine moved ends where the engine is). A helper
+ * thread syncs the snapshot; then it is renamed into place and the files it
+ * covers are deleted. Nothing old is kept alive by a long-lived job: each
+ * snapshot holds a copy of every live job.
  *
  * Error convention: functions returning int return 0 on success and -1 on
  * failure, with a message in err (open, reload) or errno-style detail in
@@ -62,14 +64,15 @@ enum wal_type {
     WAL_JOB = 1,      /* a whole job (ADD, ADD REPLACE, snapshot) */
     WAL_DEL = 2,      /* topic, id: removed by DEL */
     WAL_ACK = 3,      /* topic, id: removed by ACK */
-    WAL_RESERVE = 4,  /* topic, id, attempts, deadline: now reserved */
-    WAL_NACK = 5,     /* topic, id, state, due: NACKed to delayed/ready/dead */
-    WAL_TOUCH = 6,    /* topic, id, deadline */
-    WAL_RELEASE = 7,  /* topic, id, attempts: back to ready */
-    WAL_EXPIRE = 8,   /* topic, id, state: lease ended -> ready or dead */
-    WAL_KICK = 9,     /* topic, id: dead -> ready, attempts 0 */
-    WAL_KICKALL = 10, /* topic: every dead job -> ready, attempts 0 */
-    WAL_PURGE = 11,   /* topic: every job removed */
+    /* 4..9 carry the job's new state, attempts, due and deadline */
+    WAL_RESERVE = 4,  /* reserved by RESERVE */
+    WAL_NACK = 5,     /* NACKed to delayed, ready or dead */
+    WAL_TOUCH = 6,    /* lease extended */
+    WAL_RELEASE = 7,  /* a reservation given back */
+    WAL_EXPIRE = 8,   /* lease ended -> ready or dead */
+    WAL_KICK = 9,     /* dead -> ready by KICK */
+    WAL_KICKALL = 10, /* topic, due, count: every dead job -> ready */
+    WAL_PURGE = 11,   /* topic, count: every job removed */
     WAL_COUNTERS = 12,/* the STATS counters (snapshots) */
     WAL_SNAPEND = 13, /* last record of a snapshot: number of jobs */
 };
@@ -81,7 +84,7 @@ struct wal_rec {
     int type;
     struct dq_job job;
     struct dq_stats counters; /* WAL_COUNTERS (jobs[] unused) */
-    uint64_t count;           /* WAL_SNAPEND */
+    uint64_t count;           /* WAL_SNAPEND, WAL_KICKALL, WAL_PURGE */
 };
 
 /* The name of a record type ("job", "reserve", ...), "?" if unknown. */
@@ -173,7 +176,7 @@ int wal_open(struct wal **out, const struct wal_config *cfg, struct engine *e,
              int64_t now, struct wal_recovery *rec, char *err, size_t errlen);
 
 /* Writes what is buffered, syncs the current segment whatever the fsync
- * mode, stops the sync thread and any compaction child, and frees the log.
+ * mode, stops the sync thread and any compaction, and frees the log.
  * Accepts NULL. */
 void wal_close(struct wal *w);
 
@@ -206,20 +209,22 @@ int wal_last_error(const struct wal *w);
 int wal_reload(struct wal *w, struct engine *e, int64_t now, char *err,
                size_t errlen);
 
-/* Starts a compaction if one is due (or, with force, if none is running),
- * forking a child that snapshots `e`. Call right after a successful
+/* Starts a compaction if one is due (or, with force, if none is running):
+ * a snapshot of `e`, written in slices from the log's own events (or from
+ * wal_tick without an event base). Call right after a successful
  * wal_commit, when the engine holds exactly what the log holds; does
- * nothing if records are buffered or the log is broken. Returns 1 if a
- * compaction started, 0 if not, -1 if it could not start (logged; retried
- * later). */
+ * nothing if records are buffered or the log is broken. `e` must stay the
+ * engine until the compaction ends: wal_reload and wal_close stop it.
+ * Returns 1 if a compaction started, 0 if not, -1 if it could not start
+ * (logged; retried later). */
 int wal_maybe_compact(struct wal *w, const struct engine *e, bool force);
 
-/* True while a compaction child runs. */
+/* True while a compaction runs. */
 bool wal_compacting(const struct wal *w);
 
 /* Housekeeping, about once a second (done by the log's own timer when it
- * has an event base; tests call it): finishes a compaction whose child has
- * exited, probes a broken log, notices a failed background sync. Returns
+ * has an event base; tests call it): advances a compaction (without an
+ * event base), probes a broken log, notices a failed background sync. Returns
  * true if the log just became writable again. */
 bool wal_tick(struct wal *w);
 

@@ -116,10 +116,7 @@ struct tl {
 static void on_expire(void *ud, const struct dq_job *j, bool dead) {
     struct tl *t = ud;
     if (!t->w) return; /* recovering */
-    struct wal_rec r = {.type = WAL_EXPIRE};
-    r.job.topic = j->topic;
-    r.job.id = j->id;
-    r.job.state = dead ? DQ_DEAD : DQ_READY;
+    struct wal_rec r = {.type = WAL_EXPIRE, .job = *j};
     wal_append(t->w, &r);
 }
 
@@ -200,16 +197,20 @@ static int tl_ack(struct tl *t, const char *topic, const char *id) {
     return n;
 }
 
+/* A transition record: the job's state after the change. */
+static void log_state(struct tl *t, int type, const char *topic,
+                      const char *id) {
+    struct wal_rec r = {.type = type};
+    assert_true(engine_get(t->e, S(topic), S(id), &r.job));
+    wal_append(t->w, &r);
+}
+
 static int tl_reserve(struct tl *t, const char *topic, int count) {
     struct dq_job out[16];
     struct dq_str tp = S(topic);
     int n = engine_reserve(t->e, t->now, &tp, 1, (uint32_t)count, out);
     for (int i = 0; i < n; i++) {
-        struct wal_rec r = {.type = WAL_RESERVE};
-        r.job.topic = out[i].topic;
-        r.job.id = out[i].id;
-        r.job.attempts = out[i].attempts;
-        r.job.deadline = out[i].deadline;
+        struct wal_rec r = {.type = WAL_RESERVE, .job = out[i]};
         wal_append(t->w, &r);
     }
     return n;
@@ -218,53 +219,35 @@ static int tl_reserve(struct tl *t, const char *topic, int count) {
 static int tl_nack(struct tl *t, const char *topic, const char *id,
                    int64_t delay) {
     int st = engine_nack(t->e, t->now, S(topic), S(id), delay);
-    if (st >= 0) {
-        struct dq_job v;
-        assert_true(engine_get(t->e, S(topic), S(id), &v));
-        struct wal_rec r = {.type = WAL_NACK};
-        r.job.topic = S(topic);
-        r.job.id = S(id);
-        r.job.state = v.state;
-        r.job.due = v.due;
-        wal_append(t->w, &r);
-    }
+    if (st >= 0) log_state(t, WAL_NACK, topic, id);
     return st;
 }
 
 static void tl_touch(struct tl *t, const char *topic, const char *id) {
     int64_t d;
-    if (engine_touch(t->e, t->now, S(topic), S(id), 0, &d) == 0) {
-        struct wal_rec r = {.type = WAL_TOUCH};
-        r.job.topic = S(topic);
-        r.job.id = S(id);
-        r.job.deadline = d;
-        wal_append(t->w, &r);
-    }
+    if (engine_touch(t->e, t->now, S(topic), S(id), 0, &d) == 0)
+        log_state(t, WAL_TOUCH, topic, id);
 }
 
 static void tl_release(struct tl *t, const char *topic, const char *id) {
-    if (engine_release(t->e, S(topic), S(id))) {
-        struct dq_job v;
-        assert_true(engine_get(t->e, S(topic), S(id), &v));
-        struct wal_rec r = {.type = WAL_RELEASE};
-        r.job.topic = S(topic);
-        r.job.id = S(id);
-        r.job.attempts = v.attempts;
-        wal_append(t->w, &r);
-    }
+    if (engine_release(t->e, S(topic), S(id)))
+        log_state(t, WAL_RELEASE, topic, id);
 }
 
 static void tl_kickall(struct tl *t, const char *topic) {
-    if (engine_kick(t->e, 0, S(topic), 0) > 0) {
-        struct wal_rec r = {.type = WAL_KICKALL};
+    int64_t n = engine_kick(t->e, t->now, S(topic), 0);
+    if (n > 0) {
+        struct wal_rec r = {.type = WAL_KICKALL, .count = (uint64_t)n};
         r.job.topic = S(topic);
+        r.job.due = t->now;
         wal_append(t->w, &r);
     }
 }
 
 static void tl_purge(struct tl *t, const char *topic) {
-    if (engine_purge(t->e, S(topic)) > 0) {
-        struct wal_rec r = {.type = WAL_PURGE};
+    int64_t n = engine_purge(t->e, S(topic));
+    if (n > 0) {
+        struct wal_rec r = {.type = WAL_PURGE, .count = (uint64_t)n};
         r.job.topic = S(topic);
         wal_append(t->w, &r);
     }
@@ -398,16 +381,25 @@ static void test_roundtrip(void **state) {
             r->job.backoff = (struct dq_backoff){DQ_BACKOFF_FIXED, 500, 0};
             break;
         case WAL_RESERVE:
+        case WAL_TOUCH:
+            r->job.state = DQ_RESERVED;
             r->job.attempts = 4;
+            r->job.due = T0 + 1;
             r->job.deadline = T0 + 9;
             break;
         case WAL_NACK:
+        case WAL_EXPIRE:
             r->job.state = DQ_DEAD;
+            r->job.attempts = 3;
             r->job.due = T0 + 77;
             break;
-        case WAL_TOUCH: r->job.deadline = T0 + 1234; break;
-        case WAL_RELEASE: r->job.attempts = 1; break;
-        case WAL_EXPIRE: r->job.state = DQ_READY; break;
+        case WAL_RELEASE:
+        case WAL_KICK:
+            r->job.state = DQ_READY;
+            r->job.attempts = 1;
+            r->job.due = T0 + 5;
+            break;
+        case WAL_KICKALL: r->job.due = T0 + 99; break;
         case WAL_COUNTERS:
             r->counters = (struct dq_stats){
                 .added = 1, .reserved = 2, .acked = 3, .nacked = 4,
@@ -1032,6 +1024,96 @@ static void test_ready_order_after_restart(void **state) {
     tl_close(&u);
 }
 
+/* Random changes of every kind between the slices of a compaction: the
+ * snapshot sees jobs before or after their changes, the new segment has
+ * the changes, and recovery must end exactly where the engine is. */
+static void random_op(struct tl *t, unsigned *seed) {
+    char id[16];
+    const char *topics[] = {"a", "b", "c"};
+    const char *topic = topics[rand_r(seed) % 3];
+    snprintf(id, sizeof id, "%u", rand_r(seed) % 3000);
+    switch (rand_r(seed) % 12) {
+    case 0: case 1: case 2:
+        tl_add(t, topic, id, "fresh", (int64_t)(rand_r(seed) % 50));
+        break;
+    case 3: tl_del(t, topic, id); break;
+    case 4: tl_ack(t, topic, id); break;
+    case 5: case 6: tl_reserve(t, topic, 1 + (int)(rand_r(seed) % 3)); break;
+    case 7: tl_nack(t, topic, id, (int64_t)(rand_r(seed) % 30) - 1); break;
+    case 8: tl_touch(t, topic, id); break;
+    case 9: tl_release(t, topic, id); break;
+    case 10:
+        if (rand_r(seed) % 20 == 0) tl_purge(t, topic);
+        else tl_kickall(t, topic);
+        break;
+    case 11: tl_advance(t, t->now + (int64_t)(rand_r(seed) % 400)); break;
+    }
+}
+
+static void test_compaction_while_changing(void **state) {
+    for (unsigned round = 0; round < 4; round++) {
+        unsigned seed = 42 + round;
+        struct tl t = {.now = T0, .fsync_mode = DQ_FSYNC_NO};
+        tl_open(&t);
+        for (int i = 0; i < 6000; i++) {
+            random_op(&t, &seed);
+            if (i % 50 == 0) tl_commit(&t);
+        }
+        tl_commit(&t);
+        assert_int_equal(wal_maybe_compact(t.w, t.e, true), 1);
+        int steps = 0;
+        while (wal_compacting(t.w)) {
+            for (int k = 0; k < 40; k++) random_op(&t, &seed);
+            tl_commit(&t);
+            wal_tick(t.w);
+            steps++;
+        }
+        assert_true(steps >= 2); /* it did run in slices */
+        for (int k = 0; k < 200; k++) random_op(&t, &seed);
+        tl_commit(&t);
+        assert_recovers(&t);
+        tl_close(&t);
+        rm_rf(dir);
+        assert_int_equal(mkdir(dir, 0700), 0);
+    }
+}
+
+static void test_large_file_recovery(void **state) {
+    /* over the size where a helper thread checks CRCs ahead of the replay */
+    struct tl t = {.now = T0, .fsync_mode = DQ_FSYNC_NO};
+    tl_open(&t);
+    char body[1001];
+    memset(body, 'z', 1000);
+    body[1000] = 0;
+    for (int i = 0; i < 12000; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "%05d", i);
+        tl_add(&t, "big", id, body, 1000);
+        if (i % 100 == 0) tl_commit(&t);
+    }
+    tl_commit(&t);
+    assert_recovers(&t);
+    tl_close(&t);
+    assert_true(fsize("00000001.log") > (10 << 20));
+    /* a torn last record and a corrupt one in the middle, read by the
+     * helper-assisted scan */
+    uint8_t *p;
+    size_t n = read_file("00000001.log", &p);
+    write_file("00000001.log", p, n - 100);
+    struct tl u = {.now = T0};
+    tl_open(&u);
+    assert_int_equal(engine_count(u.e), 11999);
+    tl_close(&u);
+    free(p);
+    n = read_file("00000001.log", &p);
+    p[n / 2] ^= 0x55;
+    write_file("00000001.log", p, n);
+    char err[512];
+    assert_int_equal(tl_open_rc(&u, false, err, sizeof err), -1);
+    assert_non_null(strstr(err, "corrupt record"));
+    free(p);
+}
+
 static void test_reload_after_compaction_and_rotation(void **state) {
     struct tl t = {.fsync_mode = DQ_FSYNC_ALWAYS};
     workload(&t);
@@ -1085,6 +1167,10 @@ int main(void) {
                                         teardown),
         cmocka_unit_test_setup_teardown(
             test_reload_after_compaction_and_rotation, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_compaction_while_changing, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_large_file_recovery, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,519 @@
+"""The Redis store beyond the shared suite: a fleet of delayqd instances over one Redis,
+outages, AOF durability, Redis Cluster spread and redirections.
+
+Every test starts its own redis-server(s) (Debian's /usr/bin/redis-server, or $REDIS_SERVER)
+on free loopback ports in tmp dirs, and its own delayqd instances; all are stopped at teardown
+(delayqd with SIGTERM, which must exit 0 without a sanitizer report).
+"""
+
+import os
+import signal
+import struct
+import subprocess
+import threading
+import time
+import uuid
+
+import pytest
+import redis
+
+from conftest import (NIL_ARRAY, REDIS_SERVER, RespError, Server, _wait_ping, encode_command,
+                      free_port, now_ms, pairs, wait_until)
+
+REDIS_CLI = os.environ.get("REDIS_CLI", "/usr/bin/redis-cli")
+
+
+# --------------------------------------------------------------------------
+# processes
+
+class RedisProc:
+    """One redis-server on a free loopback port; keeps its port and dir across restarts."""
+
+    def __init__(self, workdir, args=(), port=None):
+        self.workdir = str(workdir)
+        os.makedirs(self.workdir, exist_ok=True)
+        self.args = [str(a) for a in args]
+        self.port = port or free_port()
+        while "--cluster-enabled" in self.args and self.port > 55000:
+            self.port = free_port()  # the cluster bus listens on port + 10000
+        self.proc = None
+
+    def start(self):
+        if not os.path.exists(REDIS_SERVER):
+            pytest.skip("redis-server not found at %s" % REDIS_SERVER)
+        log = open(os.path.join(self.workdir, "redis.log"), "ab")
+        self.proc = subprocess.Popen(
+            [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", self.workdir, "--protected-mode", "no"] + self.args,
+            stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir)
+        log.close()
+        _wait_ping(self.port, self.proc, 10, "redis-server")
+        return self
+
+    def send_signal(self, sig):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+
+    def stop(self, sig=signal.SIGTERM):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def client(self):
+        return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=10)
+
+
+@pytest.fixture
+def procs(tmp_path):
+    """procs.redis(*args), procs.cluster(n), procs.delayqd(url, *flags); all stopped at teardown."""
+
+    class Procs:
+        def __init__(self):
+            self.redises = []
+            self.servers = []
+
+        def redis(self, *args, name=None):
+            r = RedisProc(tmp_path / (name or "redis%d" % len(self.redises)), args)
+            self.redises.append(r)
+            return r.start()
+
+        def cluster(self, n=3):
+            nodes = [self.redis("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                                "--cluster-node-timeout", "5000", name="node%d" % i)
+                     for i in range(n)]
+            addrs = ["127.0.0.1:%d" % r.port for r in nodes]
+            p = subprocess.run([REDIS_CLI, "--cluster", "create"] + addrs +
+                               ["--cluster-replicas", "0", "--cluster-yes"],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
+            assert p.returncode == 0, p.stdout.decode(errors="replace")
+
+            def ok():
+                for r in nodes:
+                    info = r.client().execute_command("CLUSTER", "INFO").decode()
+                    if "cluster_state:ok" not in info:
+                        return False
+                return True
+
+            assert wait_until(ok, 20, 0.1), "cluster never became ok"
+            return nodes
+
+        def delayqd(self, url, *flags):
+            s = Server(tmp_path / ("srv%d" % len(self.servers)), store_url=url, extra=flags)
+            self.servers.append(s)
+            s.start()
+            # the store answers once it has read its configuration from Redis
+            c = s.raw()
+            assert wait_until(lambda: not isinstance(c.call("STATS"), RespError), 5, 0.02)
+            c.close()
+            return s
+
+    p = Procs()
+    yield p
+    problems = []
+    for s in p.servers:
+        if s.running:
+            try:
+                rc = s.stop(signal.SIGTERM, 10.0)
+                if rc != 0:
+                    problems.append("delayqd (port %d) exited %s on SIGTERM" % (s.port, rc))
+            except AssertionError as e:
+                problems.append(str(e))
+        rep = s.sanitizer_report()
+        if rep:
+            problems.append("sanitizer report from delayqd (port %d):\n%s" % (s.port, rep))
+    for r in p.redises:
+        r.stop(signal.SIGKILL)
+    if problems:
+        pytest.fail("\n".join(problems), pytrace=False)
+
+
+def url_of(r, **params):
+    params.setdefault("prefix", "t-" + uuid.uuid4().hex[:10])
+    q = "&".join("%s=%s" % kv for kv in params.items())
+    return "redis://127.0.0.1:%d/0?%s" % (r.port, q)
+
+
+def cluster_url(nodes, **params):
+    params.setdefault("prefix", "c-" + uuid.uuid4().hex[:10])
+    q = "&".join("%s=%s" % kv for kv in params.items())
+    return "redis-cluster://%s?%s" % (",".join("127.0.0.1:%d" % r.port for r in nodes[:2]), q)
+
+
+def info_fields(conn):
+    out = {}
+    for line in conn.call("INFO").decode().splitlines():
+        if ":" in line:
+            k, v = line.split(":", 1)
+            out[k] = v.strip()
+    return out
+
+
+# --------------------------------------------------------------------------
+# a fleet over one Redis
+
+def test_fleet_one_consumer_at_a_time(procs):
+    r = procs.redis()
+    url = url_of(r)
+    fleet = [procs.delayqd(url) for _ in range(3)]
+    n = 300
+    a = fleet[0].raw()
+    a.send_raw(b"".join(encode_command("ADD", "t", "j%d" % i, "x") for i in range(n)))
+    for _ in range(n):
+        assert not isinstance(a.read(), RespError)
+    seen = []
+    lock = threading.Lock()
+    errors = []
+
+    def consume(srv):
+        try:
+            c = srv.raw(timeout=10)
+            while True:
+                got = c.call("RESERVE", "TIMEOUT", 300, "COUNT", 7, "FROM", "t")
+                if got is NIL_ARRAY:
+                    return
+                for job in got:
+                    with lock:
+                        seen.append((job[1], job[3]))
+                    assert c.call("ACK", "t", job[1]) == 1
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=consume, args=(s,)) for s in fleet for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    ids = [j for j, _ in seen]
+    assert len(ids) == n and len(set(ids)) == n, "a job was delivered twice or lost"
+    assert all(att == 1 for _, att in seen)
+    st = pairs(a.call("STATS", "t"))
+    assert (st["acked"], st["reserved"], st["jobs_ready"], st["jobs_reserved"]) == (n, n, 0, 0)
+
+
+def test_fleet_leases_of_a_killed_instance_are_redelivered_after_ttr(procs):
+    r = procs.redis()
+    url = url_of(r)
+    a, b = procs.delayqd(url), procs.delayqd(url)
+    cb = b.raw(timeout=10)
+    for i in range(5):
+        cb.call("ADD", "t", "j%d" % i, "x", "TTR", 1000)
+    ca = a.raw()
+    got = ca.call("RESERVE", "TIMEOUT", 0, "COUNT", 5, "FROM", "t")
+    t_reserved = time.monotonic()
+    assert len(got) == 5
+    a.kill()
+    w = b.raw(timeout=10)
+    again = []
+    while len(again) < 5:
+        rep = w.call("RESERVE", "TIMEOUT", 5000, "COUNT", 5, "FROM", "t")
+        assert rep is not NIL_ARRAY, "leases of the dead instance were never redelivered"
+        again += rep
+    elapsed = time.monotonic() - t_reserved
+    assert 0.95 <= elapsed <= 1.5, "redelivered %.3f s after reserve (TTR 1 s)" % elapsed
+    assert sorted(j[1] for j in again) == [b"j%d" % i for i in range(5)]
+    assert all(j[3] == 2 for j in again)
+
+
+def test_fleet_delayed_jobs_of_a_killed_instance_are_delivered_on_time(procs):
+    r = procs.redis()
+    url = url_of(r)
+    a, b = procs.delayqd(url), procs.delayqd(url)
+    w = b.raw(timeout=10)
+    w.send("RESERVE", "TIMEOUT", 5000, "FROM", "t")
+    time.sleep(0.1)
+    ca = a.raw()
+    due = now_ms() + 800
+    assert ca.call("ADD", "t", "j", "x", "AT", due) == b"j"
+    a.kill()  # the only instance that added it is gone before it is due
+    got = w.read()
+    late = now_ms() - due
+    assert got[0][1] == b"j"
+    assert -2 <= late <= 100, "delivered %d ms after due" % late
+
+
+def test_fleet_blocked_reserve_wakes_when_another_instance_adds(procs):
+    r = procs.redis()
+    url = url_of(r)
+    a, b = procs.delayqd(url), procs.delayqd(url)
+    w = b.raw(timeout=10)
+    w.send("RESERVE", "TIMEOUT", 5000, "FROM", "t")
+    time.sleep(0.1)
+    ca = a.raw()
+    for i in range(3):
+        t0 = time.monotonic()
+        assert ca.call("ADD", "t", "j%d" % i, "x") == b"j%d" % i
+        got = w.read()
+        assert got[0][1] == b"j%d" % i
+        assert time.monotonic() - t0 < 0.1
+        w.send("RESERVE", "TIMEOUT", 5000, "FROM", "t")
+    # and a nacked job made ready on A wakes B too
+    ca.call("ADD", "u", "n", "x")
+    assert ca.call("RESERVE", "TIMEOUT", 0, "FROM", "u")[0][1] == b"n"
+    w2 = b.raw(timeout=10)
+    w2.send("RESERVE", "TIMEOUT", 5000, "FROM", "u")
+    time.sleep(0.1)
+    assert ca.call("NACK", "u", "n", "DELAY", 0) == b"ready"
+    assert w2.read()[0][1] == b"n"
+
+
+def test_fleet_sweep_moves_jobs_no_instance_was_told_about(procs):
+    """A job whose due time no live instance heard of (its publication was lost) is
+    still delivered within the sweep period."""
+    r = procs.redis()
+    url = url_of(r)
+    a = procs.delayqd(url)
+    ca = a.raw()
+    ca.call("ADD", "t", "warmup", "x")  # registers the topic
+    # add a delayed job behind the instance's back, as a lost message would leave it:
+    # through the script with another channel, so no instance hears of it
+    rc = r.client()
+    prefix = url.split("prefix=")[1]
+    keys = ["{%s:t:0}:%s" % (prefix, k) for k in ("pool", "ready", "delay", "lease", "dead", "stats")]
+    script = _script_source()
+    due = now_ms() + 300
+    now = now_ms()
+    ord8 = struct.pack(">Q", now << 22)
+    record = struct.pack("<BIIIBIIddd", 0, 0, 30000, 3, 0, 1000, 3600000, due, now, 0) + ord8 + b"b"
+    rc.eval(script, 6, *keys, now, "other", "nowhere", 1, "t", 0, 0, 1,
+            "add", 1, 1, 5, "ghost", record, due, ord8 + b"ghost", "-")
+    w = a.raw(timeout=10)
+    got = w.call("RESERVE", "TIMEOUT", 5000, "FROM", "t")
+    assert got[0][1] == b"warmup"
+    got = w.call("RESERVE", "TIMEOUT", 5000, "FROM", "t")
+    assert got[0][1] == b"ghost"
+    assert now_ms() - due <= 1100
+
+
+def _script_source():
+    src = open(os.path.join(os.path.dirname(__file__), "..", "..", "src", "store",
+                            "redis_lua.c")).read()
+    out = []
+    for line in src.splitlines():
+        line = line.strip()
+        if line.startswith('"') and (line.endswith('\\n"') or line.endswith('\\n";')):
+            body = line[1:line.rindex('\\n"')]
+            out.append(body.replace('\\"', '"').replace("\\\\", "\\"))
+    return "\n".join(out) + "\n"
+
+
+# --------------------------------------------------------------------------
+# outages
+
+def _unavailable_within(conn, seconds, *cmd):
+    t0 = time.monotonic()
+    rep = conn.call(*cmd)
+    took = time.monotonic() - t0
+    assert isinstance(rep, RespError) and rep.code == "UNAVAILABLE", rep
+    assert took <= seconds, "%s answered after %.2f s" % (cmd[0], took)
+    return took
+
+
+def test_outage_redis_down_then_back(procs):
+    r = procs.redis()
+    s = procs.delayqd(url_of(r))
+    c = s.raw(timeout=10)
+    assert c.call("ADD", "t", "before", "x") == b"before"
+    waiter = s.raw(timeout=30)
+    r.stop(signal.SIGKILL)
+    time.sleep(0.2)
+    for cmd in (("ADD", "t", "during", "x"), ("GET", "t", "before"), ("ACK", "t", "x"),
+                ("STATS",), ("TOPICS",), ("RESERVE", "TIMEOUT", 0, "FROM", "t")):
+        _unavailable_within(c, 2.0, *cmd)
+    assert c.call("PING") == b"PONG"
+    # a client that blocks during the outage keeps waiting, and is served afterwards
+    waiter.send("RESERVE", "TIMEOUT", 20000, "FROM", "w")
+    time.sleep(1.0)
+    assert not waiter.pending(0.05)
+    r.start()  # same port, empty (no persistence)
+    assert wait_until(lambda: c.call("ADD", "w", "after", "x") == b"after", 5, 0.05), \
+        "delayqd did not reconnect"
+    got = waiter.read(timeout=5)
+    assert got[0][1] == b"after"
+    assert s.running
+
+
+def test_outage_redis_hangs(procs):
+    r = procs.redis()
+    s = procs.delayqd(url_of(r))
+    c = s.raw(timeout=10)
+    assert c.call("ADD", "t", "a", "x") == b"a"
+    r.send_signal(signal.SIGSTOP)
+    try:
+        _unavailable_within(c, 2.2, "ADD", "t", "b", "x")
+        _unavailable_within(c, 2.2, "GET", "t", "a")
+        # pipelined requests all answer too
+        c.send_raw(b"".join(b"*3\r\n$3\r\nGET\r\n$1\r\nt\r\n$1\r\na\r\n" for _ in range(50)))
+        t0 = time.monotonic()
+        for _ in range(50):
+            rep = c.read(timeout=5)
+            assert isinstance(rep, RespError) and rep.code == "UNAVAILABLE"
+        assert time.monotonic() - t0 <= 2.2
+        assert c.call("PING") == b"PONG"
+    finally:
+        r.send_signal(signal.SIGCONT)
+    assert wait_until(lambda: isinstance(c.call("GET", "t", "a"), list), 8, 0.1)
+    assert pairs(c.call("GET", "t", "a"))["body"] == b"x"
+
+
+def test_aof_always_keeps_every_acknowledged_add_across_kill9(procs):
+    r = procs.redis("--appendonly", "yes", "--appendfsync", "always")
+    s = procs.delayqd(url_of(r))
+    c = s.raw(timeout=20)
+    n = 3000
+    c.send_raw(b"".join(encode_command("ADD", "t", "j%d" % i, "x", "DELAY", 3600000)
+                        for i in range(n)))
+    acked = 0
+    for _ in range(n):
+        rep = c.read()
+        assert not isinstance(rep, RespError), rep
+        acked += 1
+    r.stop(signal.SIGKILL)
+    r.start()
+    assert wait_until(lambda: isinstance(c.call("STATS", "t"), list), 8, 0.1)
+    st = pairs(c.call("STATS", "t"))
+    assert st["jobs_delayed"] == acked == n
+    for i in (0, n // 2, n - 1):
+        assert pairs(c.call("GET", "t", "j%d" % i))["state"] == b"delayed"
+
+
+def test_requirepass(procs):
+    r = procs.redis("--requirepass", "s3cret")
+    s = procs.delayqd("redis://:s3cret@127.0.0.1:%d?prefix=pw" % r.port)
+    c = s.raw()
+    assert c.call("ADD", "t", "a", "x") == b"a"
+    assert pairs(c.call("GET", "t", "a"))["state"] == b"ready"
+
+
+def test_shards_are_fixed_at_first_use(procs):
+    r = procs.redis()
+    url = url_of(r, shards=4)
+    a = procs.delayqd(url)
+    b = procs.delayqd(url.replace("shards=4", "shards=2"))  # adopts 4
+    assert info_fields(b.raw())["store_redis_shards"] == "4"
+    ca, cb = a.raw(), b.raw()
+    for i in range(40):
+        ca.call("ADD", "t", "j%d" % i, "x")
+    for i in range(40):
+        assert pairs(cb.call("GET", "t", "j%d" % i))["id"] == b"j%d" % i
+    # reserve takes from every shard
+    got = cb.call("RESERVE", "TIMEOUT", 0, "COUNT", 1000, "FROM", "t")
+    assert len(got) == 40
+    assert cb.call("ACK", "t", *["j%d" % i for i in range(40)]) == 40
+    assert cb.call("LIST", "t", "ready") == [b"0", []]
+    for i in range(40):
+        ca.call("ADD", "t", "k%d" % i, "x", "DELAY", 3600000)
+    listed, cursor = [], b"0"
+    while True:
+        cursor, ids = cb.call("LIST", "t", "delayed", "COUNT", 7, "CURSOR", cursor)
+        listed += ids
+        if cursor == b"0":
+            break
+    assert sorted(listed) == sorted(b"k%d" % i for i in range(40))
+
+
+# --------------------------------------------------------------------------
+# Redis Cluster
+
+def _commandstats(node):
+    out = {}
+    for k, v in node.client().info("commandstats").items():
+        out[k] = v["calls"]
+    return out
+
+
+def _within(values, pct):
+    mean = sum(values) / len(values)
+    return all(abs(v - mean) <= mean * pct / 100.0 for v in values), mean
+
+
+def test_cluster_spreads_keys_and_commands_over_masters(procs):
+    nodes = procs.cluster(3)
+    url = cluster_url(nodes)
+    prefix = url.split("prefix=")[1]
+    s = procs.delayqd(url)
+    c = s.raw(timeout=30)
+    f = info_fields(c)
+    assert (f["store_redis_masters"], f["store_redis_shards"]) == ("3", "3")
+    before = [_commandstats(n).get("cmdstat_evalsha", 0) for n in nodes]
+    # one hot topic and a few ordinary ones
+    cmds = []
+    for i in range(3000):
+        cmds.append(("ADD", "hot", "h%d" % i, "x"))
+    for t in range(12):
+        for i in range(50):
+            cmds.append(("ADD", "t%d" % t, "j%d" % i, "x", "DELAY", 3600000))
+    c.send_raw(b"".join(encode_command(*cmd) for cmd in cmds))
+    for _ in cmds:
+        assert not isinstance(c.read(), RespError)
+    # jobs held per master
+    held = []
+    for n in nodes:
+        cl = n.client()
+        total = 0
+        for key in cl.scan_iter(match="{%s:*}:pool" % prefix, count=1000):
+            total += cl.hlen(key)
+        held.append(total)
+    assert sum(held) == len(cmds)
+    ok, mean = _within(held, 20)
+    assert ok, "jobs per master %r (mean %.0f)" % (held, mean)
+    # consume the hot topic through the same instance
+    left = 3000
+    while left:
+        got = c.call("RESERVE", "TIMEOUT", 1000, "COUNT", 100, "FROM", "hot")
+        assert got is not NIL_ARRAY
+        assert c.call("ACK", "hot", *[j[1] for j in got]) == len(got)
+        left -= len(got)
+    after = [_commandstats(n).get("cmdstat_evalsha", 0) for n in nodes]
+    calls = [a - b for a, b in zip(after, before)]
+    ok, mean = _within(calls, 20)
+    assert ok, "script calls per master %r (mean %.0f)" % (calls, mean)
+
+
+def test_cluster_semantics_and_redirections(procs):
+    nodes = procs.cluster(3)
+    s = procs.delayqd(cluster_url(nodes))
+    c = s.raw(timeout=30)
+    for i in range(200):
+        assert c.call("ADD", "t", "j%d" % i, "body%d" % i, "DELAY", 3600000) == b"j%d" % i
+    c.call("ADD", "r", "ready", "x")
+    # move a third of the slots to another master while the jobs sit there
+    ids = {}
+    for n in nodes:
+        ids[n.port] = n.client().execute_command("CLUSTER", "MYID").decode()
+    p = subprocess.run([REDIS_CLI, "--cluster", "reshard", "127.0.0.1:%d" % nodes[0].port,
+                        "--cluster-from", ids[nodes[0].port], "--cluster-to", ids[nodes[1].port],
+                        "--cluster-slots", "3000", "--cluster-yes"],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
+    assert p.returncode == 0, p.stdout.decode(errors="replace")[-2000:]
+    for i in range(200):
+        g = c.call("GET", "t", "j%d" % i)
+        assert isinstance(g, list), (i, g)
+        assert pairs(g)["body"] == b"body%d" % i
+    st = pairs(c.call("STATS", "t"))
+    assert st["jobs_delayed"] == 200
+    got = c.call("RESERVE", "TIMEOUT", 1000, "FROM", "r")
+    assert got[0][1] == b"ready"
+    assert c.call("DEL", "t", *["j%d" % i for i in range(200)]) == 200
+    assert sorted(c.call("TOPICS")) == [b"r"]
+
+
+def test_cluster_fleet_wakeups(procs):
+    nodes = procs.cluster(3)
+    url = cluster_url(nodes)
+    a, b = procs.delayqd(url), procs.delayqd(url)
+    w = b.raw(timeout=10)
+    w.send("RESERVE", "TIMEOUT", 5000, "FROM", "t")
+    time.sleep(0.1)
+    ca = a.raw()
+    due = now_ms() + 500
+    ca.call("ADD", "t", "later", "x", "AT", due)
+    a.kill()
+    got = w.read()
+    assert got[0][1] == b"later"
+    assert now_ms() - due <= 100
