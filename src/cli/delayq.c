@@ -986,9 +986,14 @@ static int exec_list(struct cli *c, const struct cmd *self, struct args *a) {
     int64_t count = a->has[O_COUNT] ? a->num[O_COUNT] : all ? LIST_PAGE_DEFAULT : 0;
     char *cursor = a->has[O_CURSOR] ? xstr(a->str[O_CURSOR]) : NULL;
     json_t *ids = c->json ? json_array() : NULL;
+    /* A LIST page may hold fewer ids than asked, even none, while more
+     * follow (SCAN semantics): without --all, keep paging until about a
+     * page of ids has been shown. */
+    size_t shown = 0, want = count > 0 ? (size_t)count : 10;
     for (;;) {
         redisReply *r = list_page(c, a, cursor, count);
         const redisReply *list = r->element[1];
+        shown += list->elements;
         for (size_t i = 0; i < list->elements; i++) {
             const redisReply *id = list->element[i];
             if (ids) {
@@ -1004,7 +1009,7 @@ static int exec_list(struct cli *c, const struct cmd *self, struct args *a) {
         cursor = cur->type == REDIS_REPLY_INTEGER ? fmt_ll(cur->integer)
                                                   : xstrndup(cur->str, cur->len);
         freeReplyObject(r);
-        if (!all || strcmp(cursor, "0") == 0) break;
+        if (strcmp(cursor, "0") == 0 || (!all && shown >= want)) break;
     }
     if (ids) {
         json_t *o = json_object();

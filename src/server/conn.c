@@ -58,9 +58,31 @@ struct conn *conn_new(struct server *srv, int fd) {
     return c;
 }
 
+/* Freed requests are kept for reuse: a pipeline of ADDs would otherwise
+ * cost a malloc and a free per request. */
+#define REQ_CACHE_MAX 4096
+static struct req *req_cache;
+static unsigned req_cached;
+
 static void req_free(struct req *r) {
     buf_free(&r->reply);
+    if (req_cached < REQ_CACHE_MAX) {
+        r->next = req_cache;
+        req_cache = r;
+        req_cached++;
+        return;
+    }
     dq_free(r);
+}
+
+void conn_cache_free(void) {
+    while (req_cache) {
+        struct req *r = req_cache;
+        req_cache = r->next;
+        dq_free(r);
+    }
+    req_cached = 0;
+    buf_free(&scratch);
 }
 
 void conn_close(struct conn *c) {
@@ -100,7 +122,14 @@ void conn_close(struct conn *c) {
 /* --- the request queue -------------------------------------------------- */
 
 struct req *req_new(struct conn *c) {
-    struct req *r = xcalloc(1, sizeof *r);
+    struct req *r = req_cache;
+    if (r) {
+        req_cache = r->next;
+        req_cached--;
+        memset(r, 0, sizeof *r);
+    } else {
+        r = xcalloc(1, sizeof *r);
+    }
     r->c = c;
     if (c->tail) c->tail->next = r;
     else c->head = r;

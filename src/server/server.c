@@ -185,6 +185,7 @@ void server_free(struct server *srv) {
     while (srv->conns) conn_close(srv->conns);
     if (srv->store) srv->ops->close(srv->store);
     srv->store = NULL;
+    conn_cache_free();
     blocking_free(srv->blocking);
     if (srv->listener) evconnlistener_free(srv->listener);
     if (srv->flush_ev) event_free(srv->flush_ev);

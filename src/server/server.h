@@ -90,6 +90,8 @@ struct conn *conn_new(struct server *srv, int fd);
 /* Closes the socket at once; requests in flight are orphaned (req->c NULL)
  * and freed by their completion. */
 void conn_close(struct conn *c);
+/* Frees the memory conn.c keeps for reuse (at exit). */
+void conn_cache_free(void);
 void conn_process_input(struct conn *c);
 /* Starts a request at the tail of c's queue. */
 struct req *req_new(struct conn *c);

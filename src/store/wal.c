@@ -33,7 +33,7 @@
 static const uint8_t MAGIC[8] = {0x89, 'D', 'Q', 'L', 'O', 'G', '\r', '\n'};
 
 #define PROBE_MS 1000        /* broken log: time between probes */
-#define SNAP_CHUNK (1u << 20) /* compaction: bytes per write */
+#define SNAP_CHUNK (256u << 10) /* compaction: bytes per write */
 #define FIND_BUDGET (256u << 20) /* bytes of CRC spent looking past damage */
 
 static int64_t mono_ms(void) {
@@ -793,6 +793,7 @@ struct wal {
     int64_t compact_backoff;
     uint64_t compactions;
     int64_t last_compact_ms;
+    int64_t max_step_us;   /* longest compaction slice (or start) so far */
     struct event *snap_ev, *tick_ev;
     void (*on_writable)(void *ud);
     void *on_writable_ud;
@@ -1388,7 +1389,7 @@ static void sync_stop(struct wal *w) {
  * and deletes the files it covers. Nothing forks, nothing is copied
  * wholesale, and no step holds the loop for long. */
 
-#define SNAP_SLICE 2048 /* jobs per step */
+#define SNAP_SLICE 1024 /* jobs per step */
 #define SNAP_SCAN 64    /* buckets per engine_list call */
 
 struct snapper {
@@ -1406,11 +1407,14 @@ struct snapper {
     size_t names_len, at;    /* at: offset of the current topic */
     uint64_t cursor;
     int64_t start;
-    /* the final sync, in a helper thread */
+    /* the end, in a helper thread: sync, rename, delete what it replaces */
     bool syncing;
     pthread_t sync_thread;
     atomic_bool synced;
-    atomic_int sync_err;
+    atomic_int sync_err;      /* the sync or the rename failed */
+    int dirfd;
+    uint64_t old_snap;        /* the snapshot it replaces (0 if none) */
+    uint64_t freed, freed_log;
 };
 
 static void snap_flush(struct wal *w) {
@@ -1498,52 +1502,60 @@ static void compact_abort(struct wal *w) {
     unlinkat(w->dirfd, tmp, 0);
 }
 
+/* The helper thread: makes the snapshot durable and current, then deletes
+ * the files it covers. Every state on the way is one that recovery reads
+ * correctly (the highest snapshot wins; segments it covers are ignored). */
 static void *snap_sync_main(void *arg) {
     struct snapper *sn = arg;
-    if (wal_io.fdatasync(sn->fd) != 0) atomic_store(&sn->sync_err, errno);
+    char tmp[64], name[64], old[64];
+    struct stat st;
+    snap_tmp_name(tmp, sizeof tmp, sn->seq);
+    seg_name(name, sizeof name, sn->seq, "snap");
+    if (wal_io.fdatasync(sn->fd) != 0 ||
+        renameat(sn->dirfd, tmp, sn->dirfd, name) != 0) {
+        atomic_store(&sn->sync_err, errno ? errno : EIO);
+        atomic_store(&sn->synced, true);
+        return NULL;
+    }
+    if (fsync(sn->dirfd) != 0)
+        log_warn("compaction: fsync of the directory failed: %s",
+                 strerror(errno));
+    if (sn->old_snap) {
+        seg_name(old, sizeof old, sn->old_snap, "snap");
+        if (fstatat(sn->dirfd, old, &st, 0) == 0)
+            sn->freed += (uint64_t)st.st_size;
+        unlinkat(sn->dirfd, old, 0);
+    }
+    for (uint64_t q = sn->old_snap + 1; q <= sn->seq; q++) {
+        seg_name(old, sizeof old, q, "log");
+        if (fstatat(sn->dirfd, old, &st, 0) == 0) {
+            sn->freed += (uint64_t)st.st_size;
+            sn->freed_log += (uint64_t)st.st_size;
+        }
+        unlinkat(sn->dirfd, old, 0);
+    }
+    fsync(sn->dirfd);
     atomic_store(&sn->synced, true);
     return NULL;
 }
 
-/* The snapshot is on disk: put it in place and drop what it replaces. */
-static void compact_install(struct wal *w) {
+/* The helper thread is done: the snapshot is in place. */
+static void compact_installed(struct wal *w) {
     struct snapper *sn = w->snap;
-    uint64_t seq = sn->seq, jobs = sn->jobs;
-    int64_t took = mono_ms() - sn->start;
-    char tmp[64], name[64];
-    snap_tmp_name(tmp, sizeof tmp, seq);
+    uint64_t seq = sn->seq, jobs = sn->jobs, freed = sn->freed;
+    char name[64];
     seg_name(name, sizeof name, seq, "snap");
-    snap_free(w);
-    if (renameat(w->dirfd, tmp, w->dirfd, name) != 0) {
-        compact_failed(w, errno, "rename");
-        return;
-    }
-    fsync_dir(w);
-    uint64_t freed = 0;
-    if (w->snap_seq) {
-        char old[64];
-        seg_name(old, sizeof old, w->snap_seq, "snap");
-        freed += file_size(w, old);
-        unlinkat(w->dirfd, old, 0);
-    }
-    for (uint64_t s = w->snap_seq + 1; s <= seq; s++) {
-        char old[64];
-        seg_name(old, sizeof old, s, "log");
-        uint64_t sz = file_size(w, old);
-        freed += sz;
-        w->log_bytes -= sz < w->log_bytes ? sz : w->log_bytes;
-        unlinkat(w->dirfd, old, 0);
-    }
-    fsync_dir(w);
+    w->log_bytes -= sn->freed_log < w->log_bytes ? sn->freed_log : w->log_bytes;
     w->snap_seq = seq;
-    w->snap_bytes = file_size(w, name);
+    w->snap_bytes = sn->off;
     w->compactions++;
     w->compact_backoff = 0;
     w->next_compact = 0;
-    w->last_compact_ms = took;
+    w->last_compact_ms = mono_ms() - sn->start;
+    snap_free(w);
     log_info("compaction done in %" PRId64 " ms: %s holds %" PRIu64
              " jobs in %" PRIu64 " bytes; %" PRIu64 " bytes freed",
-             took, name, jobs, w->snap_bytes, freed);
+             w->last_compact_ms, name, jobs, w->snap_bytes, freed);
 }
 
 /* One slice of work. Returns true while there is more. */
@@ -1555,8 +1567,8 @@ static bool compact_step(struct wal *w) {
         pthread_join(sn->sync_thread, NULL);
         sn->syncing = false;
         int e = atomic_load(&sn->sync_err);
-        if (e) compact_failed(w, e, "fdatasync");
-        else compact_install(w);
+        if (e) compact_failed(w, e, "fdatasync or rename");
+        else compact_installed(w);
         return false;
     }
     struct snap_step st = {.w = w};
@@ -1580,6 +1592,8 @@ static bool compact_step(struct wal *w) {
         if (!sn->err) {
             atomic_init(&sn->synced, false);
             atomic_init(&sn->sync_err, 0);
+            sn->dirfd = w->dirfd;
+            sn->old_snap = w->snap_seq;
             if (pthread_create(&sn->sync_thread, NULL, snap_sync_main, sn)) {
                 compact_failed(w, EAGAIN, "thread");
                 return false;
@@ -1595,11 +1609,21 @@ static bool compact_step(struct wal *w) {
     return true;
 }
 
+static int64_t mono_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
 static void snap_cb(evutil_socket_t fd, short what, void *arg) {
     struct wal *w = arg;
     (void)fd;
     (void)what;
-    if (compact_step(w)) {
+    int64_t t0 = mono_us();
+    bool more = compact_step(w);
+    int64_t took = mono_us() - t0;
+    if (took > w->max_step_us) w->max_step_us = took;
+    if (more) {
         /* after the I/O that the next poll finds */
         struct timeval tv = {0, w->snap && w->snap->syncing ? 1000 : 0};
         event_add(w->snap_ev, &tv);
@@ -1620,6 +1644,8 @@ static int rotate(struct wal *w) {
     return 0;
 }
 
+static int start_compaction(struct wal *w, const struct engine *e);
+
 int wal_maybe_compact(struct wal *w, const struct engine *e, bool force) {
     if (!w || w->snap || w->broken || w->len > 0) return 0;
     int64_t now = mono_ms();
@@ -1629,6 +1655,15 @@ int wal_maybe_compact(struct wal *w, const struct engine *e, bool force) {
         if (w->log_bytes < min || w->log_bytes < w->snap_bytes) return 0;
         if (now < w->next_compact) return 0;
     }
+    int64_t t0 = mono_us();
+    int rc = start_compaction(w, e);
+    int64_t took = mono_us() - t0;
+    if (took > w->max_step_us) w->max_step_us = took;
+    return rc;
+}
+
+static int start_compaction(struct wal *w, const struct engine *e) {
+    int64_t now = mono_ms();
     struct snapper *sn = dq_calloc(1, sizeof *sn);
     struct buf names = BUF_INIT;
     char tmp[64];
@@ -1939,6 +1974,8 @@ void wal_info(const struct wal *w,
     emit(ud, "log_compacting", w->snap ? "1" : "0");
     snprintf(v, sizeof v, "%" PRId64, w->last_compact_ms);
     emit(ud, "log_last_compaction_ms", v);
+    snprintf(v, sizeof v, "%" PRId64, w->max_step_us);
+    emit(ud, "log_compaction_max_step_us", v);
     emit(ud, "log_writable", w->broken ? "0" : "1");
     emit(ud, "log_last_error", w->last_err ? strerror(w->last_err) : "");
 }

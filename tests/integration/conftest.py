@@ -377,7 +377,7 @@ class RedisBackend:
 
     def start(self):
         if not os.path.exists(REDIS_SERVER):
-            pytest.skip("redis-server not found at %s" % REDIS_SERVER)
+            pytest.fail("redis-server not found at %s (make test installs it)" % REDIS_SERVER)
         for _ in range(5):
             self.port = free_port()
             log = open(os.path.join(self.workdir, "redis.log"), "ab")
@@ -444,7 +444,7 @@ class Server:
 
     def start(self, timeout=15):
         if not os.path.exists(DELAYQD):
-            pytest.skip("server binary not built: %s (set DELAYQD)" % DELAYQD)
+            pytest.fail("server binary not built: %s (set DELAYQD)" % DELAYQD)
         env = dict(os.environ)
         env.setdefault("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0:halt_on_error=1")
         env.setdefault("UBSAN_OPTIONS", "print_stacktrace=1:halt_on_error=1")
@@ -559,11 +559,22 @@ def redis_backend(tmp_path_factory):
     b.stop()
 
 
+def pytest_collection_modifyitems(config, items):
+    """A test marked @pytest.mark.stores(...) is not generated for the other
+    stores at all (deselected, not skipped)."""
+    keep, drop = [], []
+    for item in items:
+        m = item.get_closest_marker("stores")
+        cs = getattr(item, "callspec", None)
+        st = cs.params.get("store") if cs else None
+        (drop if m is not None and st is not None and st not in m.args else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
 @pytest.fixture(params=STORES)
 def store(request):
-    m = request.node.get_closest_marker("stores")
-    if m is not None and request.param not in m.args:
-        pytest.skip("test does not apply to the %s store" % request.param)
     if request.param == "redis":
         return StoreSpec("redis", request.getfixturevalue("redis_backend"))
     return StoreSpec(request.param)

@@ -23,7 +23,7 @@ COMMANDS = ["add", "get", "del", "reserve", "ack", "nack", "touch", "kick", "lis
 @pytest.fixture(autouse=True)
 def _client_built():
     if not os.path.exists(DELAYQ):
-        pytest.skip("client binary not built: %s (set DELAYQ)" % DELAYQ)
+        pytest.fail("client binary not built: %s (set DELAYQ)" % DELAYQ)
 
 
 def cli(*args, port=None, input=b"", env=None, timeout=30):

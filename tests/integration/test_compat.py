@@ -10,7 +10,6 @@ import redis
 from conftest import RespError, Status, assert_err, encode_command, pairs
 
 REDIS_CLI = shutil.which("redis-cli") or "/usr/bin/redis-cli"
-needs_cli = pytest.mark.skipif(not shutil.which("redis-cli"), reason="redis-cli not installed")
 
 
 def cli(server, *args, stdin=None, timeout=10):
@@ -21,7 +20,6 @@ def cli(server, *args, stdin=None, timeout=10):
 
 # ---------------------------------------------------------------- redis-cli
 
-@needs_cli
 def test_redis_cli_command_line(server, c):
     rc, out, err = cli(server, "ADD", "orders", "o-1", "hello", "DELAY", "30000")
     assert rc == 0 and out.strip() == b"o-1", (out, err)
@@ -35,7 +33,6 @@ def test_redis_cli_command_line(server, c):
     assert lines[:4] == [b"topic", b"orders", b"id", b"o-1"], out
 
 
-@needs_cli
 def test_redis_cli_piped(server, c):
     rc, out, err = cli(server, stdin=b"PING\r\nADD t a b\r\nADD t c \"two words\" DELAY 60000\r\nDEL t nope\r\n")
     assert rc == 0, err
@@ -43,7 +40,6 @@ def test_redis_cli_piped(server, c):
     assert pairs(c.call("GET", "t", "c"))["body"] == b"two words"
 
 
-@needs_cli
 def test_redis_cli_pipe_mode(server, c):
     n = 2000
     data = b"".join(encode_command("ADD", "bulk", "j%d" % i, "x" * 50) for i in range(n))
@@ -53,7 +49,6 @@ def test_redis_cli_pipe_mode(server, c):
     assert pairs(c.call("STATS", "bulk"))["jobs_ready"] == n
 
 
-@needs_cli
 def test_redis_cli_info_and_reserve(server, c):
     rc, out, _ = cli(server, "INFO")
     assert rc == 0 and out.strip()

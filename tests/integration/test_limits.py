@@ -72,7 +72,7 @@ def test_redis_py_with_password(secured):
     anon.close()
 
 
-@pytest.mark.skipif(not shutil.which("redis-cli"), reason="redis-cli not installed")
+
 def test_redis_cli_with_password(secured):
     p = subprocess.run(["redis-cli", "-p", str(secured.port), "-a", "s3cret pass", "--no-auth-warning",
                         "ADD", "t", "a", "x"], capture_output=True, timeout=10)

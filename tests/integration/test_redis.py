@@ -40,7 +40,7 @@ class RedisProc:
 
     def start(self):
         if not os.path.exists(REDIS_SERVER):
-            pytest.skip("redis-server not found at %s" % REDIS_SERVER)
+            pytest.fail("redis-server not found at %s" % REDIS_SERVER)
         log = open(os.path.join(self.workdir, "redis.log"), "ab")
         self.proc = subprocess.Popen(
             [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
