@@ -8,7 +8,7 @@ PKGS    := libevent hiredis jansson
 WARN    := -Wall -Wextra -Werror -Wformat=2 -Wshadow -Wno-unused-parameter \
            -Wstrict-prototypes -Wmissing-prototypes
 CFLAGS  := -std=gnu11 -g -O2 $(WARN) -Isrc -D_GNU_SOURCE
-LDLIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lz -lm
+LDLIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm
 SAN     := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
 # The layers (DESIGN §5), bottom up. Generic blocks in lib/ include no

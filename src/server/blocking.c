@@ -286,6 +286,7 @@ void blocking_reserve(struct server *srv, struct req *r,
 
 void blocking_on_ready(struct server *srv, struct dq_str topic, int64_t hint) {
     struct blocking *bl = srv->blocking;
+    if (bl->nwaiters == 0) return;
     struct topicq *q = *find_slot(bl, topic);
     if (!q) return;
     int64_t budget = hint < 0 ? 1 : hint;

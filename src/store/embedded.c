@@ -259,7 +259,7 @@ static void flush_ready(struct dq_store *s) {
     if (s->nnotes == 0 || s->in_engine || !s->cfg.on_ready) return;
     /* Take the list: the server's reserve calls may queue new notes. */
     struct ready_note *notes = s->notes;
-    size_t n = s->nnotes;
+    size_t n = s->nnotes, cap = s->notes_cap;
     struct buf names = s->ready_names;
     s->notes = NULL;
     s->nnotes = s->notes_cap = 0;
@@ -268,8 +268,16 @@ static void flush_ready(struct dq_store *s) {
         struct dq_str t = {names.p + notes[i].off, notes[i].len};
         s->cfg.on_ready(s->cfg.ud, t, notes[i].hint);
     }
-    dq_free(notes);
-    buf_free(&names);
+    if (s->notes_cap == 0 && s->ready_names.cap == 0) {
+        /* nothing new was queued: keep the memory for next time */
+        s->notes = notes;
+        s->notes_cap = cap;
+        buf_reset(&names, 1 << 16);
+        s->ready_names = names;
+    } else {
+        dq_free(notes);
+        buf_free(&names);
+    }
 }
 
 static void on_engine_ready(void *ud, struct dq_str topic, uint64_t ready) {

@@ -21,7 +21,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-#include <zlib.h>
+#include "lib/crc32c.h"
 
 #include "engine/engine.h"
 #include "lib/buf.h"
@@ -247,7 +247,7 @@ static size_t encode_at(uint8_t *dst, const struct wal_rec *r) {
         break;
     }
     put32(dst + 4, (uint32_t)n);
-    put32(dst, (uint32_t)crc32_z(0, dst + 4, 4 + n));
+    put32(dst, crc32c(dst + 4, 4 + n));
     return WAL_REC_HEADER + n;
 }
 
@@ -266,7 +266,7 @@ static void header_at(uint8_t *h, int kind, uint64_t seq) {
     put16(h + 8, WAL_VERSION);
     put16(h + 10, (uint16_t)kind);
     put64(h + 16, seq);
-    put32(h + 28, (uint32_t)crc32_z(0, h, 28));
+    put32(h + 28, crc32c(h, 28));
 }
 
 void wal_encode_header(struct buf *out, int kind, uint64_t seq) {
@@ -439,7 +439,7 @@ static bool valid_at(const uint8_t *p, size_t len, size_t off,
         return false;
     }
     *budget -= rl;
-    if ((uint32_t)crc32_z(0, p + off + 4, 4 + (size_t)rl) != get32(p + off))
+    if (crc32c(p + off + 4, 4 + (size_t)rl) != get32(p + off))
         return false;
     struct wal_rec tmp;
     return decode(p + off + WAL_REC_HEADER, rl, &tmp) == NULL;
@@ -482,7 +482,7 @@ static int scan(const void *data, size_t len,
         snprintf(res->why, sizeof res->why, "not a delayq log file");
         return 0;
     }
-    if ((uint32_t)crc32_z(0, p, 28) != get32(p + 28)) {
+    if (crc32c(p, 28) != get32(p + 28)) {
         res->end = WAL_END_BADHEADER;
         snprintf(res->why, sizeof res->why, "file header checksum mismatch");
         return 0;
@@ -523,7 +523,7 @@ static int scan(const void *data, size_t len,
                         off + WAL_REC_HEADER + rl >
                             (checked = atomic_load_explicit(
                                  verified, memory_order_acquire))) &&
-                       (uint32_t)crc32_z(0, p + off + 4, 4 + (size_t)rl) !=
+                       crc32c(p + off + 4, 4 + (size_t)rl) !=
                            crc) {
                 why = "checksum mismatch";
             } else {
@@ -590,7 +590,7 @@ static void *verify_main(void *arg) {
         uint32_t rl = get32(v->p + off + 4);
         if (rl == 0 || rl > WAL_REC_MAX || rl > v->len - off - WAL_REC_HEADER)
             break;
-        if ((uint32_t)crc32_z(0, v->p + off + 4, 4 + (size_t)rl) !=
+        if (crc32c(v->p + off + 4, 4 + (size_t)rl) !=
             get32(v->p + off))
             break;
         off += WAL_REC_HEADER + rl;
@@ -787,6 +787,8 @@ struct wal {
     uint64_t snap_seq;     /* the snapshot covers segments <= this */
     uint64_t snap_bytes;
     uint64_t log_bytes;    /* bytes of the segments after the snapshot */
+    uint64_t job_bytes, job_recs; /* whole-job records appended: their mean
+                                     size estimates the live jobs' size */
     /* compaction */
     struct snapper *snap;  /* the compaction running, or NULL */
     int64_t next_compact;  /* monotonic ms; after a failure */
@@ -1653,6 +1655,12 @@ int wal_maybe_compact(struct wal *w, const struct engine *e, bool force) {
         uint64_t min = w->cfg.compact_min ? w->cfg.compact_min
                                           : WAL_COMPACT_MIN_DEFAULT;
         if (w->log_bytes < min || w->log_bytes < w->snap_bytes) return 0;
+        /* Only when dead records dominate: a log that is mostly live jobs
+         * (a stream of ADDs) would be rewritten for nothing. */
+        uint64_t live = w->job_recs
+                            ? engine_count(e) * (w->job_bytes / w->job_recs)
+                            : 0;
+        if (w->snap_bytes + w->log_bytes < 2 * live) return 0;
         if (now < w->next_compact) return 0;
     }
     int64_t t0 = mono_us();
@@ -1752,6 +1760,10 @@ void wal_append(struct wal *w, const struct wal_rec *r) {
         }
         w->out = p;
         w->cap = cap;
+    }
+    if (r->type == WAL_JOB) {
+        w->job_bytes += n;
+        w->job_recs++;
     }
     w->len += encode_at(w->out + w->len, r);
 }

@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
-#include <zlib.h>
+#include "lib/crc32c.h"
 
 #include "engine/engine.h"
 #include "lib/buf.h"
@@ -534,7 +534,7 @@ static void test_scan_bad_records(void **state) {
     rec[9] = 1;
     rec[11] = 'x';
     rec[12] = 0; /* id length 0: invalid */
-    uint32_t crc = (uint32_t)crc32(0, rec + 4, 4 + rec[4]);
+    uint32_t crc = crc32c(rec + 4, 4 + rec[4]);
     memcpy(rec, &crc, 4);
     buf_append(&b, rec, sizeof rec);
     struct wal_scan sc;
@@ -545,7 +545,7 @@ static void test_scan_bad_records(void **state) {
     /* an unknown type */
     b.len = WAL_HEADER_SIZE;
     rec[8] = 99;
-    crc = (uint32_t)crc32(0, rec + 4, 4 + rec[4]);
+    crc = crc32c(rec + 4, 4 + rec[4]);
     memcpy(rec, &crc, 4);
     buf_append(&b, rec, sizeof rec);
     wal_scan(b.p, b.len, NULL, NULL, &sc);
@@ -927,7 +927,7 @@ static void test_compaction_everything(void **state) {
     struct tl t = {.fsync_mode = DQ_FSYNC_ALWAYS};
     workload(&t);
     assert_int_equal(wal_maybe_compact(t.w, t.e, true), 1);
-    /* changes go on while the child writes */
+    /* changes go on while the snapshot is written */
     tl_add(&t, "d", "during", "x", 0);
     tl_commit(&t);
     wait_compaction(&t);
@@ -946,11 +946,11 @@ static void test_compaction_everything(void **state) {
     tl_close(&t);
 }
 
-static void test_compaction_child_fails(void **state) {
+static void test_compaction_sync_fails(void **state) {
     struct tl t = {.fsync_mode = DQ_FSYNC_NO};
     workload(&t);
     wal_io.fdatasync = bad_fdatasync;
-    fail_syncs = 1000; /* inherited by the child: its snapshot sync fails */
+    fail_syncs = 1000; /* the snapshot's sync fails */
     assert_int_equal(wal_maybe_compact(t.w, t.e, true), 1);
     wait_compaction(&t);
     assert_false(exists("00000001.snap"));
@@ -1120,7 +1120,7 @@ static void test_reload_after_compaction_and_rotation(void **state) {
     assert_int_equal(wal_maybe_compact(t.w, t.e, true), 1);
     tl_add(&t, "r", "1", "x", 0);
     tl_commit(&t);
-    /* reload while the child runs: snapshot-less files plus two segments */
+    /* reload while a compaction runs (it stops it): two segments */
     struct engine *e2 = new_engine(&t);
     char err[256];
     assert_int_equal(wal_reload(t.w, e2, t.now, err, sizeof err), 0);
@@ -1159,7 +1159,7 @@ int main(void) {
                                         teardown),
         cmocka_unit_test_setup_teardown(test_compaction_everything, setup,
                                         teardown),
-        cmocka_unit_test_setup_teardown(test_compaction_child_fails, setup,
+        cmocka_unit_test_setup_teardown(test_compaction_sync_fails, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_leftovers_and_gaps, setup,
                                         teardown),
