@@ -112,6 +112,15 @@ static void rehash_step(struct htab *t) {
         }
         if (--moves == 0) break;
     }
+    /* The nodes the next step will move are scattered in memory: start
+     * loading them now, so that step does not wait for them. */
+    for (uint64_t i = t->rehash, k = 0; i <= t->mask[0] && k < REHASH_MOVES;
+         i++) {
+        if (t->b[0][i]) {
+            __builtin_prefetch(t->b[0][i]);
+            k++;
+        }
+    }
     if (t->rehash > t->mask[0]) {
         dq_free(t->b[0]);
         t->b[0] = t->b[1];
