@@ -511,20 +511,29 @@ static void emb_add(struct dq_store *s, const struct dq_add *a,
     after_change(s);
 }
 
-static void emb_del(struct dq_store *s, struct dq_str topic,
-                    const struct dq_str *ids, size_t nids, dq_store_cb *cb,
-                    void *pd) {
+/* DEL and ACK: remove jobs in any state, logging each one removed. */
+static void remove_ids(struct dq_store *s, struct dq_str topic,
+                       const struct dq_str *ids, size_t nids, bool ack,
+                       dq_store_cb *cb, void *pd) {
     int64_t n = 0;
     if (refuse_change(s, cb, pd)) return;
     s->in_engine = 1;
     for (size_t i = 0; i < nids; i++) {
-        if (engine_del(s->eng, topic, ids[i])) {
-            log_key(s, WAL_DEL, topic, ids[i]);
+        int gone = ack ? engine_ack(s->eng, topic, ids[i])
+                       : engine_del(s->eng, topic, ids[i]);
+        if (gone) {
+            log_key(s, ack ? WAL_ACK : WAL_DEL, topic, ids[i]);
             n++;
         }
     }
     pend_change(s, cb, pd, DQ_OK)->n = n;
     after_change(s);
+}
+
+static void emb_del(struct dq_store *s, struct dq_str topic,
+                    const struct dq_str *ids, size_t nids, dq_store_cb *cb,
+                    void *pd) {
+    remove_ids(s, topic, ids, nids, false, cb, pd);
 }
 
 static void emb_get(struct dq_store *s, struct dq_str topic, struct dq_str id,
@@ -552,17 +561,7 @@ static void emb_reserve(struct dq_store *s, const struct dq_str *topics,
 static void emb_ack(struct dq_store *s, struct dq_str topic,
                     const struct dq_str *ids, size_t nids, dq_store_cb *cb,
                     void *pd) {
-    int64_t n = 0;
-    if (refuse_change(s, cb, pd)) return;
-    s->in_engine = 1;
-    for (size_t i = 0; i < nids; i++) {
-        if (engine_ack(s->eng, topic, ids[i])) {
-            log_key(s, WAL_ACK, topic, ids[i]);
-            n++;
-        }
-    }
-    pend_change(s, cb, pd, DQ_OK)->n = n;
-    after_change(s);
+    remove_ids(s, topic, ids, nids, true, cb, pd);
 }
 
 static void emb_nack(struct dq_store *s, struct dq_str topic, struct dq_str id,

@@ -126,6 +126,23 @@ static size_t put_bulk(char *out, const char *p, size_t len) {
     return (size_t)n + len + 2;
 }
 
+/* A call, not yet sent; it owns cmd. */
+static struct rcall *call_new(struct rcli *c, int slot, enum rcli_kind kind,
+                              int argc, char *cmd, size_t len,
+                              int64_t deadline, rcli_cb *cb, void *pd) {
+    struct rcall *k = xcalloc(1, sizeof *k);
+    k->cli = c;
+    k->cb = cb;
+    k->pd = pd;
+    k->slot = slot;
+    k->argc = argc;
+    k->kind = kind;
+    k->cmd = cmd;
+    k->len = len;
+    k->deadline = deadline;
+    return k;
+}
+
 /* A RAW call of a few short arguments. */
 static void send_simple(struct rcli *c, struct rconn *to, int slot,
                         int64_t deadline, rcli_cb *cb, void *pd, int argc,
@@ -135,17 +152,8 @@ static void send_simple(struct rcli *c, struct rconn *to, int slot,
     char *cmd = xmalloc(total);
     size_t off = 0;
     for (int i = 0; i < argc; i++) off += put_bulk(cmd + off, argv[i], lens[i]);
-    struct rcall *k = xcalloc(1, sizeof *k);
-    k->cli = c;
-    k->cb = cb;
-    k->pd = pd;
-    k->slot = slot;
-    k->argc = argc;
-    k->kind = RCLI_RAW;
-    k->cmd = cmd;
-    k->len = off;
-    k->deadline = deadline;
-    dispatch(c, k, to, false);
+    dispatch(c, call_new(c, slot, RCLI_RAW, argc, cmd, off, deadline, cb, pd),
+             to, false);
 }
 
 /* --- calls -------------------------------------------------------------- */
@@ -766,16 +774,8 @@ void rcli_free(struct rcli *c, int drain_ms) {
 void rcli_send(struct rcli *c, int slot, enum rcli_kind kind, int argc,
                char *cmd, size_t len, int64_t deadline_us, rcli_cb *cb,
                void *pd) {
-    struct rcall *k = xcalloc(1, sizeof *k);
-    k->cli = c;
-    k->cb = cb;
-    k->pd = pd;
-    k->slot = slot;
-    k->argc = argc;
-    k->kind = kind;
-    k->cmd = cmd;
-    k->len = len;
-    k->deadline = deadline_us;
+    struct rcall *k =
+        call_new(c, slot, kind, argc, cmd, len, deadline_us, cb, pd);
     if (c->closing) {
         call_finish(k, NULL, "closing");
         return;
