@@ -67,6 +67,7 @@ struct topic {
     struct wheel_node ready, dead; /* list heads */
     struct dq_stats st;
     struct wheel_node idle;     /* on the engine's idle list while jobless */
+    uint64_t expect;            /* engine_expect: jobs announced */
     struct topic *touched_next; /* engine_advance: topics that gained ready */
     bool touched;
     uint8_t name_len;
@@ -621,6 +622,25 @@ void engine_topics(const struct engine *e,
 }
 
 uint64_t engine_count(const struct engine *e) { return e->count; }
+
+void engine_expect(struct engine *e, struct dq_str topic) {
+    struct topic *t = topic_get(e, topic);
+    if (!t) {
+        if (!(t = topic_create(e, topic))) return; /* only a hint */
+        topic_free_if_empty(e, t);
+    }
+    t->expect++;
+}
+
+static void expect_cb(void *ud, struct hnode *n) {
+    struct topic *t = topic_of_h(n);
+    if (t->expect) htab_reserve(&t->jobs, htab_count(&t->jobs) + t->expect);
+    t->expect = 0;
+}
+
+void engine_expect_done(struct engine *e) {
+    htab_foreach(&e->topics, expect_cb, NULL);
+}
 
 int64_t engine_next_expiry(const struct engine *e) {
     return wheel_next(&e->wheel);

@@ -142,6 +142,13 @@ bool engine_advance(struct engine *e, int64_t now, uint32_t budget);
  * in the counters. Returns 0, ENGINE_EEXISTS or ENGINE_ENOMEM. */
 int engine_restore(struct engine *e, int64_t now, const struct dq_job *j);
 
+/* Bulk loads (recovery): engine_expect announces one job about to be
+ * restored into topic; engine_expect_done sizes every announced topic's id
+ * table for its jobs at once, so restoring them never rehashes. Hints only:
+ * no job changes, and a failure to allocate is ignored. */
+void engine_expect(struct engine *e, struct dq_str topic);
+void engine_expect_done(struct engine *e);
+
 /* Calls fn for every job (any order). fn must not change the engine. */
 void engine_foreach(const struct engine *e,
                     void (*fn)(void *ud, const struct dq_job *j), void *ud);

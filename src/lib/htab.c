@@ -1,3 +1,4 @@
+#include <stdbool.h>
 /* htab.c -- intrusive chained hash table (see htab.h). */
 #include <string.h>
 
@@ -131,7 +132,10 @@ static void rehash_step(struct htab *t) {
     }
 }
 
-static void maybe_resize(struct htab *t) {
+/* Grows after an insert, shrinks after a removal (never the other way
+ * round, so a table sized ahead by htab_reserve keeps its size while it
+ * fills). */
+static void maybe_resize(struct htab *t, bool removed) {
     if (t->b[1]) {
         rehash_step(t);
         return;
@@ -139,7 +143,7 @@ static void maybe_resize(struct htab *t) {
     uint64_t size = t->mask[0] + 1, want;
     if (t->count > 2 * size) {
         want = size * 2;
-    } else if (size > MIN_SIZE && t->count * 8 < size) {
+    } else if (removed && size > MIN_SIZE && t->count * 8 < size) {
         want = MIN_SIZE;
         while (want < t->count) want *= 2;
     } else {
@@ -153,12 +157,26 @@ static void maybe_resize(struct htab *t) {
     rehash_step(t);
 }
 
+int htab_reserve(struct htab *t, uint64_t n) {
+    uint64_t want = MIN_SIZE;
+    while (want < n) want *= 2;
+    while (t->b[1]) rehash_step(t); /* finish a resize under way */
+    if (want <= t->mask[0] + 1) return 0;
+    struct hnode **nb = dq_calloc(want, sizeof *nb);
+    if (!nb) return -1;
+    t->b[1] = nb;
+    t->mask[1] = want - 1;
+    t->rehash = 0;
+    while (t->b[1]) rehash_step(t);
+    return 0;
+}
+
 void htab_insert(struct htab *t, struct hnode *n, uint64_t h) {
     struct hnode **s = chain(t, h);
     n->next = *s;
     *s = n;
     t->count++;
-    maybe_resize(t);
+    maybe_resize(t, false);
 }
 
 void htab_remove(struct htab *t, struct hnode *n, uint64_t h) {
@@ -166,7 +184,7 @@ void htab_remove(struct htab *t, struct hnode *n, uint64_t h) {
     while (*p != n) p = &(*p)->next;
     *p = n->next;
     t->count--;
-    maybe_resize(t);
+    maybe_resize(t, true);
 }
 
 static uint64_t rev64(uint64_t v) {

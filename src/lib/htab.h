@@ -45,6 +45,11 @@ int htab_init(struct htab *t, uint64_t size, htab_hash_fn hash);
 /* Frees the bucket arrays (not the nodes). Accepts a zeroed table. */
 void htab_destroy(struct htab *t);
 
+/* Sizes the table for n nodes at one per bucket, at once (a bulk load then
+ * inserts without rehashing). Returns 0, or -1 if the buckets cannot be
+ * allocated (the table is unchanged). */
+int htab_reserve(struct htab *t, uint64_t n);
+
 /* Forgets every node (not freeing them), keeping the buckets. */
 void htab_clear(struct htab *t);
 

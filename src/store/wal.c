@@ -1005,6 +1005,20 @@ static int fix_snapshot(struct mapped *m, uint64_t seq, uint64_t at,
 }
 
 /* Loads the snapshot, or fails. */
+/* A first, counting pass over a file about to be replayed: announces its
+ * whole-job records to the engine, which sizes the id tables for them.
+ * Errors are left to the real pass. */
+static int count_job(void *ud, const struct wal_rec *r, uint64_t off) {
+    if (r->type == WAL_JOB) engine_expect(ud, r->job.topic);
+    return 0;
+}
+
+static void presize(struct engine *e, const void *p, size_t len) {
+    struct wal_scan sc;
+    scan(p, len, count_job, e, &sc, NULL);
+    engine_expect_done(e);
+}
+
 static int load_snapshot(struct recov *rc, uint64_t seq) {
     struct wal *w = rc->w;
     char name[64];
@@ -1027,6 +1041,7 @@ static int load_snapshot(struct recov *rc, uint64_t seq) {
         sc.good = 0;
     } else {
         rc->rp.snapshot = true;
+        presize(rc->rp.e, m.p, m.len);
         stop = scan_big(m.p, m.len, apply, &rc->rp, &sc);
         rc->rp.snapshot = false;
         rc->info->bytes += m.len;
@@ -1091,6 +1106,7 @@ static int replay_log(struct recov *rc, uint64_t seq, bool last,
         snprintf(sc.why, sizeof sc.why,
                  "file header does not match the file name");
     } else {
+        presize(rc->rp.e, m.p, len);
         stop = scan_big(m.p, len, apply, &rc->rp, &sc);
     }
     rc->info->bytes += len;

@@ -579,6 +579,36 @@ static void count_topic_cb(void *ud, struct dq_str topic) {
     count_cb_n++;
 }
 
+/* engine_expect announces a bulk load: nothing visible changes, and the
+ * jobs restored afterwards are all there (their topic's table was sized
+ * for them; see htab_reserve). */
+static void test_expect_bulk_load(void **state) {
+    struct engine *e = new_engine(NULL, 0);
+    enum { N = 5000 };
+    for (int k = 0; k < N; k++) engine_expect(e, S("bulk"));
+    engine_expect_done(e);
+    char buf[256] = "";
+    count_cb_n = 0;
+    engine_topics(e, count_topic_cb, buf);
+    assert_int_equal(count_cb_n, 0); /* an announced topic holds no job */
+    assert_int_equal(engine_count(e), 0);
+    char id[16];
+    for (int k = 0; k < N; k++) {
+        snprintf(id, sizeof id, "b%d", k);
+        struct dq_job j = {.topic = S("bulk"), .id = {id, strlen(id)},
+                           .body = S("x"), .state = DQ_DELAYED,
+                           .due = T0 + 1000 + k, .created = T0, .ttr = 1000,
+                           .retries = 1};
+        assert_int_equal(engine_restore(e, T0, &j), 0);
+    }
+    assert_int_equal(engine_count(e), N);
+    for (int k = 0; k < N; k += 97) {
+        snprintf(id, sizeof id, "b%d", k);
+        assert_int_equal(state_of(e, "bulk", id), DQ_DELAYED);
+    }
+    engine_free(e);
+}
+
 static void test_purge_topics(void **state) {
     struct engine *e = new_engine(NULL, 0);
     const char *ids[] = {"d", "r", "s", "x"};
@@ -1030,6 +1060,7 @@ int main(void) {
         cmocka_unit_test(test_release),
         cmocka_unit_test(test_del_ack_every_state),
         cmocka_unit_test(test_purge_topics),
+        cmocka_unit_test(test_expect_bulk_load),
         cmocka_unit_test(test_stats),
         cmocka_unit_test(test_list_state_filter),
         cmocka_unit_test(test_list_concurrent),
