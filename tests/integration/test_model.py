@@ -211,7 +211,10 @@ def test_many_jobs_due_in_the_same_millisecond(c, raw):
         got += [j[1] for j in rep]
     done = now_ms()
     assert got == [b"s%05d" % i for i in range(n)]
-    assert -1 <= first - at < 50, first - at
+    # Prompt, not on a polling interval; the 1 ms figure is a benchmark
+    # (scripts/burst-bench), and moving 5000 jobs through Redis takes tens
+    # of ms on a busy machine.
+    assert -1 <= first - at < 200, first - at
     assert done - at < 2000
 
 
