@@ -1019,17 +1019,22 @@ static void presize(struct engine *e, const void *p, size_t len) {
     engine_expect_done(e);
 }
 
+/* Maps file seq.ext of the data dir; on failure sets rc->err. */
+static int map_numbered(struct recov *rc, uint64_t seq, const char *ext,
+                        char *name, size_t namelen, struct mapped *m) {
+    seg_name(name, namelen, seq, ext);
+    if (map_file(rc->w, name, m, rc->rw) == 0) return 0;
+    snprintf(rc->err, rc->errlen, "%s/%s: %s", rc->w->dir, name,
+             strerror(errno));
+    unmap_file(m);
+    return -1;
+}
+
 static int load_snapshot(struct recov *rc, uint64_t seq) {
     struct wal *w = rc->w;
     char name[64];
     struct mapped m;
-    seg_name(name, sizeof name, seq, "snap");
-    if (map_file(w, name, &m, rc->rw) != 0) {
-        snprintf(rc->err, rc->errlen, "%s/%s: %s", w->dir, name,
-                 strerror(errno));
-        unmap_file(&m);
-        return -1;
-    }
+    if (map_numbered(rc, seq, "snap", name, sizeof name, &m) != 0) return -1;
     struct wal_scan sc;
     const char *why = NULL;
     int stop = 0;
@@ -1088,13 +1093,7 @@ static int replay_log(struct recov *rc, uint64_t seq, bool last,
     struct wal *w = rc->w;
     char name[64];
     struct mapped m;
-    seg_name(name, sizeof name, seq, "log");
-    if (map_file(w, name, &m, rc->rw) != 0) {
-        snprintf(rc->err, rc->errlen, "%s/%s: %s", w->dir, name,
-                 strerror(errno));
-        unmap_file(&m);
-        return -1;
-    }
+    if (map_numbered(rc, seq, "log", name, sizeof name, &m) != 0) return -1;
     size_t len = m.len;
     if (limit && limit < len) len = (size_t)limit;
     struct wal_scan sc;

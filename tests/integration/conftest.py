@@ -580,6 +580,24 @@ def store(request):
     return StoreSpec(request.param)
 
 
+def stop_and_check(servers, timeout):
+    """SIGTERM every running server; return the problems: a server that did
+    not exit 0 in time, or whose log holds a sanitizer report."""
+    problems = []
+    for s in servers:
+        if s.running:
+            try:
+                rc = s.stop(signal.SIGTERM, timeout)
+                if rc != 0:
+                    problems.append("delayqd (port %d) exited %s on SIGTERM" % (s.port, rc))
+            except AssertionError as e:
+                problems.append(str(e))
+        rep = s.sanitizer_report()
+        if rep:
+            problems.append("sanitizer report from delayqd (port %d):\n%s" % (s.port, rep))
+    return problems
+
+
 @pytest.fixture
 def make_server(store, tmp_path):
     """make_server(*extra_flags, start=True, store_url=<default: fresh>) -> Server."""
@@ -595,18 +613,7 @@ def make_server(store, tmp_path):
         return s
 
     yield factory
-    problems = []
-    for s in started:
-        if s.running:
-            try:
-                rc = s.stop(signal.SIGTERM, 5.0)
-                if rc != 0:
-                    problems.append("delayqd (port %d) exited %s on SIGTERM" % (s.port, rc))
-            except AssertionError as e:
-                problems.append(str(e))
-        rep = s.sanitizer_report()
-        if rep:
-            problems.append("sanitizer report from delayqd (port %d):\n%s" % (s.port, rep))
+    problems = stop_and_check(started, 5.0)
     if problems:
         pytest.fail("\n".join(problems), pytrace=False)
 

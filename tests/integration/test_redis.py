@@ -18,6 +18,7 @@ import pytest
 import redis
 
 from conftest import (NIL_ARRAY, REDIS_SERVER, RespError, Server, _wait_ping, encode_command,
+                      stop_and_check,
                       free_port, now_ms, pairs, wait_until)
 
 REDIS_CLI = os.environ.get("REDIS_CLI", "/usr/bin/redis-cli")
@@ -114,18 +115,7 @@ def procs(tmp_path):
 
     p = Procs()
     yield p
-    problems = []
-    for s in p.servers:
-        if s.running:
-            try:
-                rc = s.stop(signal.SIGTERM, 10.0)
-                if rc != 0:
-                    problems.append("delayqd (port %d) exited %s on SIGTERM" % (s.port, rc))
-            except AssertionError as e:
-                problems.append(str(e))
-        rep = s.sanitizer_report()
-        if rep:
-            problems.append("sanitizer report from delayqd (port %d):\n%s" % (s.port, rep))
+    problems = stop_and_check(p.servers, 10.0)
     for r in p.redises:
         r.stop(signal.SIGKILL)
     if problems:
