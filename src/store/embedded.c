@@ -700,14 +700,9 @@ static void emb_topics(struct dq_store *s, dq_store_cb *cb, void *pd) {
     pend_strs(s, &s->cur.items[idx], &c);
 }
 
-static void emb_info(struct dq_store *s,
-                     void (*emit)(void *ud, const char *name,
-                                  const char *value),
-                     void *ud) {
-    char v[32];
+static void emb_info(struct dq_store *s, dq_info_emit *emit, void *ud) {
     emit(ud, "store", "embedded");
-    snprintf(v, sizeof v, "%" PRIu64, engine_count(s->eng));
-    emit(ud, "jobs", v);
+    dq_info_int(emit, ud, "jobs", (int64_t)(engine_count(s->eng)));
     if (s->wal) wal_info(s->wal, emit, ud);
 }
 

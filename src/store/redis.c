@@ -1838,29 +1838,18 @@ static void redis_topics(struct dq_store *s, dq_store_cb *cb, void *pd) {
     submit(req_ids(s, OP_TOPICS, (struct dq_str){"", 0}, NULL, 0, cb, pd));
 }
 
-static void redis_info(struct dq_store *s,
-                       void (*emit)(void *ud, const char *name, const char *value),
-                       void *ud) {
-    char v[256];
+static void redis_info(struct dq_store *s, dq_info_emit *emit, void *ud) {
     emit(ud, "store_redis_mode", s->url.cluster ? "cluster" : "standalone");
     emit(ud, "store_redis_prefix", s->url.prefix);
-    snprintf(v, sizeof v, "%u", s->K);
-    emit(ud, "store_redis_shards", v);
+    dq_info_int(emit, ud, "store_redis_shards", (int64_t)(s->K));
     emit(ud, "store_redis_ready", s->configured && rcli_ready(s->cli) ? "1" : "0");
-    snprintf(v, sizeof v, "%u", rcli_masters(s->cli));
-    emit(ud, "store_redis_masters", v);
-    snprintf(v, sizeof v, "%zu", s->ntopics);
-    emit(ud, "store_redis_known_topics", v);
-    snprintf(v, sizeof v, "%" PRIu64, s->requests);
-    emit(ud, "store_redis_requests", v);
-    snprintf(v, sizeof v, "%" PRIu64, s->calls);
-    emit(ud, "store_redis_script_calls", v);
-    snprintf(v, sizeof v, "%" PRIu64, s->carries);
-    emit(ud, "store_redis_carries", v);
-    snprintf(v, sizeof v, "%" PRIu64, s->messages);
-    emit(ud, "store_redis_messages", v);
-    snprintf(v, sizeof v, "%" PRId64, s->count_base + s->count_delta);
-    emit(ud, "store_redis_jobs_estimate", v);
+    dq_info_int(emit, ud, "store_redis_masters", (int64_t)(rcli_masters(s->cli)));
+    dq_info_int(emit, ud, "store_redis_known_topics", (int64_t)(s->ntopics));
+    dq_info_int(emit, ud, "store_redis_requests", (int64_t)(s->requests));
+    dq_info_int(emit, ud, "store_redis_script_calls", (int64_t)(s->calls));
+    dq_info_int(emit, ud, "store_redis_carries", (int64_t)(s->carries));
+    dq_info_int(emit, ud, "store_redis_messages", (int64_t)(s->messages));
+    dq_info_int(emit, ud, "store_redis_jobs_estimate", (int64_t)(s->count_base + s->count_delta));
     rcli_info(s->cli, emit, ud);
 }
 

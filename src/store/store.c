@@ -1,4 +1,6 @@
 /* store.c -- what every store shares: status codes and the choice by URL. */
+#include <inttypes.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "store/store.h"
@@ -21,4 +23,10 @@ const struct dq_store_ops *dq_store_for_url(const char *url) {
         strncmp(url, "redis-cluster://", 16) == 0)
         return &dq_store_redis;
     return NULL;
+}
+
+void dq_info_int(dq_info_emit *emit, void *ud, const char *name, int64_t v) {
+    char buf[24];
+    snprintf(buf, sizeof buf, "%" PRId64, v);
+    emit(ud, name, buf);
 }

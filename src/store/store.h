@@ -89,6 +89,9 @@ struct dq_store_config {
 
 enum dq_fsync { DQ_FSYNC_ALWAYS, DQ_FSYNC_EVERYSEC, DQ_FSYNC_NO };
 
+/* The INFO line callback of dq_store_ops.info. */
+typedef void dq_info_emit(void *ud, const char *name, const char *value);
+
 struct dq_store_ops {
     const char *name;
 
@@ -154,10 +157,11 @@ struct dq_store_ops {
 
     /* Appends "name:value\r\n" lines about the store to INFO's text.
      * Synchronous; may be NULL. */
-    void (*info)(struct dq_store *s,
-                 void (*emit)(void *ud, const char *name, const char *value),
-                 void *ud);
+    void (*info)(struct dq_store *s, dq_info_emit *emit, void *ud);
 };
+
+/* Emits one INFO line with an integer value. */
+void dq_info_int(dq_info_emit *emit, void *ud, const char *name, int64_t v);
 
 extern const struct dq_store_ops dq_store_embedded;
 extern const struct dq_store_ops dq_store_redis;

@@ -1992,17 +1992,12 @@ void wal_info(const struct wal *w,
     emit(ud, "log_fsync", m >= 0 && m <= 2 ? modes[m] : "?");
     snprintf(v, sizeof v, "%08" PRIu64 ".log", w->seg);
     emit(ud, "log_segment", v);
-    snprintf(v, sizeof v, "%" PRIu64, w->log_bytes);
-    emit(ud, "log_bytes", v);
-    snprintf(v, sizeof v, "%" PRIu64, w->snap_bytes);
-    emit(ud, "log_snapshot_bytes", v);
-    snprintf(v, sizeof v, "%" PRIu64, w->compactions);
-    emit(ud, "log_compactions", v);
+    dq_info_int(emit, ud, "log_bytes", (int64_t)(w->log_bytes));
+    dq_info_int(emit, ud, "log_snapshot_bytes", (int64_t)(w->snap_bytes));
+    dq_info_int(emit, ud, "log_compactions", (int64_t)(w->compactions));
     emit(ud, "log_compacting", w->snap ? "1" : "0");
-    snprintf(v, sizeof v, "%" PRId64, w->last_compact_ms);
-    emit(ud, "log_last_compaction_ms", v);
-    snprintf(v, sizeof v, "%" PRId64, w->max_step_us);
-    emit(ud, "log_compaction_max_step_us", v);
+    dq_info_int(emit, ud, "log_last_compaction_ms", (int64_t)(w->last_compact_ms));
+    dq_info_int(emit, ud, "log_compaction_max_step_us", (int64_t)(w->max_step_us));
     emit(ud, "log_writable", w->broken ? "0" : "1");
     emit(ud, "log_last_error", w->last_err ? strerror(w->last_err) : "");
 }
