@@ -13,6 +13,13 @@
  * c->out, others wait in their req. Output is written by the flush event at
  * the end of the loop iteration, so the replies of a pipeline leave in one
  * write. A client whose unread replies pass --max-output is dropped.
+ *
+ * Slices: a long pipeline is dispatched SLICE requests at a time; between
+ * slices the store is asked to complete what it holds (its push operation)
+ * and the replies so far are written. The client then refills its pipeline
+ * while we handle the rest, instead of each side waiting for the other's
+ * whole batch: one connection with 64 requests in flight runs about twice
+ * as fast (docs/benchmarks.md).
  */
 #include <errno.h>
 #include <event2/event.h>
@@ -28,11 +35,13 @@
 #define READ_CHUNK (64 * 1024)
 #define MAX_INFLIGHT 4096            /* requests in flight before parsing waits */
 #define IN_MAX (64 * 1024 * 1024)   /* unparsed input before reading waits */
+#define SLICE 16 /* requests dispatched before the replies so far are pushed */
 
 static struct buf scratch; /* replies to connections that are gone */
 
 static void conn_read_cb(evutil_socket_t fd, short what, void *arg);
 static void conn_write_cb(evutil_socket_t fd, short what, void *arg);
+static bool conn_write(struct conn *c);
 
 static void set_reading(struct conn *c, bool on) {
     if (on == c->reading || c->fd < 0) return;
@@ -195,8 +204,18 @@ static void protocol_error(struct conn *c, const char *msg) {
               msg);
 }
 
-void conn_process_input(struct conn *c) {
+/* Between slices of a long pipeline: the store completes what it holds and
+ * the replies so far are written, so the client can send more while the
+ * rest is handled. Returns false if the connection was closed. */
+static bool conn_push(struct conn *c) {
     struct server *srv = c->srv;
+    if (srv->ops->push) srv->ops->push(srv->store);
+    return conn_write(c);
+}
+
+bool conn_process_input(struct conn *c) {
+    struct server *srv = c->srv;
+    unsigned sliced = 0;
     c->resume = false;
     while (!c->closing && !c->paused && buf_unread(&c->in) > 0) {
         if (c->inflight >= MAX_INFLIGHT) {
@@ -217,9 +236,14 @@ void conn_process_input(struct conn *c) {
             cmd_dispatch(c, srv->argv, argc);
         }
         buf_consume(&c->in, (size_t)n);
+        if (++sliced == SLICE && buf_unread(&c->in) > 0) {
+            if (!conn_push(c)) return false;
+            sliced = 0;
+        }
     }
     set_reading(c, !c->closing && !srv->stopping &&
                        buf_unread(&c->in) < IN_MAX + srv->limits.max_bulk);
+    return true;
 }
 
 static void conn_read_cb(evutil_socket_t fd, short what, void *arg) {
@@ -296,7 +320,7 @@ void conn_flush_all(struct server *srv) {
             struct conn *c = list;
             list = c->flush_next;
             c->flushing = false;
-            if (c->resume && !c->paused) conn_process_input(c);
+            if (c->resume && !c->paused && !conn_process_input(c)) continue;
             conn_write(c);
         }
     }

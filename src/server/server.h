@@ -92,7 +92,9 @@ struct conn *conn_new(struct server *srv, int fd);
 void conn_close(struct conn *c);
 /* Frees the memory conn.c keeps for reuse (at exit). */
 void conn_cache_free(void);
-void conn_process_input(struct conn *c);
+/* Dispatches the complete requests in c->in. Returns false if c was closed
+ * (a write between slices of a pipeline failed). */
+bool conn_process_input(struct conn *c);
 /* Starts a request at the tail of c's queue. */
 struct req *req_new(struct conn *c);
 /* Where the reply to r goes: c->out if r is the head, else r's own buffer;

@@ -155,6 +155,14 @@ struct dq_store_ops {
     /* TOPICS. res: strs/nstrs, the topics holding at least one job. */
     void (*topics)(struct dq_store *s, dq_store_cb *cb, void *pd);
 
+    /* The server has dispatched a slice of one client's pipeline and more
+     * of it is waiting. The store may complete what it holds now (write
+     * its batch, send its commands), so that the first replies leave while
+     * the rest is handled and the client refills its pipeline meanwhile.
+     * A hint: a store may keep batching (one fdatasync per loop turn under
+     * --fsync always). Synchronous; may be NULL. */
+    void (*push)(struct dq_store *s);
+
     /* Appends "name:value\r\n" lines about the store to INFO's text.
      * Synchronous; may be NULL. */
     void (*info)(struct dq_store *s, dq_info_emit *emit, void *ud);
