@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include "lib/log.h"
@@ -15,7 +16,13 @@
  * 16 s; with transparent huge pages: 7 s). glibc backs its heap with huge
  * pages only when told so through GLIBC_TUNABLES before the process starts,
  * so delayqd runs itself again once with the tunable added. DELAYQ_HUGEPAGES=0
- * turns this off; if the exec fails, delayqd simply goes on as it is. */
+ * turns this off; if the exec fails, delayqd simply goes on as it is.
+ *
+ * Only the load uses them: the first touch of a huge page zeroes 2 MiB at
+ * once, which takes milliseconds on a virtual machine, and while serving
+ * that is a stall every client sees (jobs delivered late). So once the
+ * store is open, new memory comes in 4 KiB pages again (end_huge_pages);
+ * the huge pages already mapped stay. */
 static void use_huge_pages(char **argv) {
     const char *off = getenv("DELAYQ_HUGEPAGES");
     const char *cur = getenv("GLIBC_TUNABLES");
@@ -31,6 +38,8 @@ static void use_huge_pages(char **argv) {
     /* still here: run without */
 }
 
+static void end_huge_pages(void) { prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0); }
+
 int main(int argc, char **argv) {
     use_huge_pages(argv);
     struct config cfg;
@@ -44,7 +53,10 @@ int main(int argc, char **argv) {
     log_set_level(cfg.log_level);
     struct server srv;
     int status = 1;
-    if (server_init(&srv, &cfg) == 0) status = server_run(&srv);
+    if (server_init(&srv, &cfg) == 0) {
+        end_huge_pages();
+        status = server_run(&srv);
+    }
     server_free(&srv);
     config_free(&cfg);
     if (status == 0) log_info("stopped");
