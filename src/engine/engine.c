@@ -36,6 +36,8 @@
 #define TOPICS_SIZE 16 /* initial buckets of the topic table */
 #define IDLE_TOPICS_MAX 4096 /* emptied topics kept for their counters */
 #define JOBS_SIZE 4    /* initial buckets of a topic's id table */
+#define PREFETCH_MAX 64   /* keys one engine_prefetch call looks at */
+#define PREFETCH_DEPTH 2  /* chain nodes it loads after the bucket */
 
 struct topic;
 
@@ -434,6 +436,23 @@ int engine_del(struct engine *e, struct dq_str topic, struct dq_str id) {
 
 int engine_ack(struct engine *e, struct dq_str topic, struct dq_str id) {
     return drop(e, topic, id, true);
+}
+
+void engine_prefetch(const struct engine *e, const struct dq_str *keys,
+                     size_t n) {
+    const struct htab *tab[PREFETCH_MAX];
+    uint64_t h[PREFETCH_MAX];
+    if (n > PREFETCH_MAX) n = PREFETCH_MAX;
+    for (size_t i = 0; i < n; i++) {
+        const struct topic *t = topic_lookup(e, keys[2 * i]);
+        tab[i] = t ? &t->jobs : NULL;
+        h[i] = htab_hash_bytes(keys[2 * i + 1].p, keys[2 * i + 1].len);
+    }
+    /* Level by level, so that each level's loads are in flight together
+     * and the next level finds the links it reads already there. */
+    for (int depth = 0; depth <= PREFETCH_DEPTH; depth++)
+        for (size_t i = 0; i < n; i++)
+            if (tab[i]) htab_prefetch(tab[i], h[i], depth);
 }
 
 int engine_get(const struct engine *e, struct dq_str topic, struct dq_str id,

@@ -66,6 +66,13 @@ int engine_add(struct engine *e, int64_t now, const struct dq_add *a,
 int engine_del(struct engine *e, struct dq_str topic, struct dq_str id);
 
 /* Fills *out and returns 1 if the job exists, else 0. */
+/* Starts loading what calls about these jobs will touch (their id-table
+ * chains): keys[2i] is a topic, keys[2i+1] an id; n pairs. A hint for a
+ * caller that has several requests in hand: their cache misses then overlap
+ * instead of coming one after the other. */
+void engine_prefetch(const struct engine *e, const struct dq_str *keys,
+                     size_t n);
+
 int engine_get(const struct engine *e, struct dq_str topic, struct dq_str id,
                struct dq_job *out);
 

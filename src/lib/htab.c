@@ -94,6 +94,17 @@ struct hnode *htab_bucket(const struct htab *t, uint64_t h) {
     return *chain(t, h);
 }
 
+void htab_prefetch(const struct htab *t, uint64_t h, int depth) {
+    struct hnode **s = chain(t, h);
+    if (depth == 0) {
+        __builtin_prefetch(s);
+        return;
+    }
+    struct hnode *n = *s;
+    while (n && --depth > 0) n = n->next;
+    if (n) __builtin_prefetch(n);
+}
+
 static void rehash_step(struct htab *t) {
     int moves = REHASH_MOVES, empty = REHASH_EMPTY;
     while (t->rehash <= t->mask[0]) {

@@ -56,6 +56,11 @@ void htab_clear(struct htab *t);
 /* First node of the chain where a node of hash h is (NULL if none). */
 struct hnode *htab_bucket(const struct htab *t, uint64_t h);
 
+/* Starts loading the chain of hash h into the cache: depth 0 the bucket,
+ * depth k the k-th node (reading the links before it, which earlier calls
+ * at lower depths should have brought in). Does nothing past the chain's
+ * end. For callers that know several keys ahead of using them. */
+void htab_prefetch(const struct htab *t, uint64_t h, int depth);
 /* Links n, of hash h. The caller checks uniqueness first. */
 void htab_insert(struct htab *t, struct hnode *n, uint64_t h);
 

@@ -19,6 +19,7 @@
 #include "server/server.h"
 
 #define CMD_NOAUTH 1 /* allowed before AUTH */
+#define CMD_KEYED 2  /* argv[1] is a topic and argv[2] a job id */
 
 struct cmd {
     const char *name;
@@ -611,17 +612,17 @@ static void cmd_info(struct conn *c, struct resp_arg *argv, size_t argc) {
 }
 
 static const struct cmd commands[] = {
-    {"ADD", -4, 0, cmd_add, ADD_USAGE, "add a job, due now or later"},
-    {"DEL", -3, 0, cmd_del, "DEL topic id [id ...]",
+    {"ADD", -4, CMD_KEYED, cmd_add, ADD_USAGE, "add a job, due now or later"},
+    {"DEL", -3, CMD_KEYED, cmd_del, "DEL topic id [id ...]",
      "delete jobs in any state; returns how many existed"},
-    {"GET", 3, 0, cmd_get, "GET topic id", "a job's fields, or nil"},
+    {"GET", 3, CMD_KEYED, cmd_get, "GET topic id", "a job's fields, or nil"},
     {"RESERVE", -3, 0, cmd_reserve, RESERVE_USAGE,
      "take ready jobs under a lease, waiting up to TIMEOUT"},
-    {"ACK", -3, 0, cmd_ack, "ACK topic id [id ...]",
+    {"ACK", -3, CMD_KEYED, cmd_ack, "ACK topic id [id ...]",
      "a job is done: remove it; returns how many existed"},
-    {"NACK", -3, 0, cmd_nack, "NACK topic id [DELAY ms]",
+    {"NACK", -3, CMD_KEYED, cmd_nack, "NACK topic id [DELAY ms]",
      "a job failed: retry after DELAY or its backoff; returns the new state"},
-    {"TOUCH", -3, 0, cmd_touch, "TOUCH topic id [TTR ms]",
+    {"TOUCH", -3, CMD_KEYED, cmd_touch, "TOUCH topic id [TTR ms]",
      "extend a lease; returns the new deadline"},
     {"KICK", -2, 0, cmd_kick, "KICK topic [COUNT n]",
      "move dead jobs back to ready; returns how many"},
@@ -669,6 +670,15 @@ void cmd_table_reply(struct buf *b) {
         resp_int(b, 0);
         resp_int(b, 0);
     }
+}
+
+bool cmd_key(const struct resp_arg *argv, size_t argc, struct dq_str *key) {
+    const struct cmd *cmd = cmd_lookup(&argv[0]);
+    if (!cmd || !(cmd->flags & CMD_KEYED) || argc < 3) return false;
+    if (argv[2].len == 1 && argv[2].p[0] == '*') return false; /* new id */
+    key[0] = str_of(&argv[1]);
+    key[1] = str_of(&argv[2]);
+    return true;
 }
 
 void cmd_dispatch(struct conn *c, struct resp_arg *argv, size_t argc) {

@@ -213,6 +213,27 @@ static bool conn_push(struct conn *c) {
     return conn_write(c);
 }
 
+/* Before a slice is dispatched: parses ahead (multibulk requests only;
+ * inline ones may be unescaped in place, so they are parsed once) and tells
+ * the store which jobs the slice will touch, so that their cache misses
+ * overlap. The requests are parsed again when dispatched. */
+static void prefetch_slice(struct conn *c) {
+    struct server *srv = c->srv;
+    struct dq_str keys[2 * SLICE];
+    size_t nkeys = 0, off = 0, len = buf_unread(&c->in);
+    char *p = c->in.p + c->in.off;
+    for (int i = 0; i < SLICE && off < len && p[off] == '*'; i++) {
+        size_t argc = 0;
+        const char *err = NULL;
+        ssize_t n = resp_parse(p + off, len - off, &srv->limits, srv->argv,
+                               &argc, &err);
+        if (n < 0) break;
+        if (argc > 0 && cmd_key(srv->argv, argc, &keys[2 * nkeys])) nkeys++;
+        off += (size_t)n;
+    }
+    if (nkeys > 1) srv->ops->prefetch(srv->store, keys, nkeys);
+}
+
 bool conn_process_input(struct conn *c) {
     struct server *srv = c->srv;
     unsigned sliced = 0;
@@ -222,6 +243,7 @@ bool conn_process_input(struct conn *c) {
             c->resume = true;
             break;
         }
+        if (sliced == 0 && srv->ops->prefetch) prefetch_slice(c);
         size_t argc = 0;
         const char *err = NULL;
         ssize_t n = resp_parse(c->in.p + c->in.off, buf_unread(&c->in),

@@ -110,6 +110,8 @@ void conn_flush_all(struct server *srv);
 
 /* --- commands.c --- */
 void cmd_dispatch(struct conn *c, struct resp_arg *argv, size_t argc);
+/* The job a request names (topic, id) into key[0..1], if it names one. */
+bool cmd_key(const struct resp_arg *argv, size_t argc, struct dq_str *key);
 /* Appends "name arity flags ..." for COMMAND. */
 void cmd_table_reply(struct buf *b);
 void reply_status_error(struct buf *b, const struct dq_result *res);

@@ -253,6 +253,11 @@ static void commit_cb(evutil_socket_t fd, short what, void *arg) {
     commit(arg);
 }
 
+static void emb_prefetch(struct dq_store *s, const struct dq_str *keys,
+                         size_t n) {
+    engine_prefetch(s->eng, keys, n);
+}
+
 /* The commit event would run later in this loop turn anyway; running it now
  * costs one more pwrite and lets the replies go out sooner. Under --fsync
  * always it would cost one more fdatasync, so the batch waits. */
@@ -730,6 +735,7 @@ const struct dq_store_ops dq_store_embedded = {
     .purge = emb_purge,
     .stats = emb_stats,
     .topics = emb_topics,
+    .prefetch = emb_prefetch,
     .push = emb_push,
     .info = emb_info,
 };

@@ -155,6 +155,11 @@ struct dq_store_ops {
     /* TOPICS. res: strs/nstrs, the topics holding at least one job. */
     void (*topics)(struct dq_store *s, dq_store_cb *cb, void *pd);
 
+    /* The server holds the next requests of a pipeline: these n jobs
+     * (keys[2i] a topic, keys[2i+1] an id) are about to be used. The store
+     * may start loading what it will need. A hint; may be NULL. */
+    void (*prefetch)(struct dq_store *s, const struct dq_str *keys, size_t n);
+
     /* The server has dispatched a slice of one client's pipeline and more
      * of it is waiting. The store may complete what it holds now (write
      * its batch, send its commands), so that the first replies leave while

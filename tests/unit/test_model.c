@@ -598,6 +598,9 @@ static void run(uint64_t seed) {
             int want_rc = m_add(t, i, due, a.ttr, a.retries, a.backoff,
                                 a.body.p, a.replace);
             struct dq_job v;
+            /* the server's look-ahead hint: must change nothing */
+            struct dq_str keys[4] = {ts, is, S(TOPIC[(t + 1) % (NT + 1)]), is};
+            engine_prefetch(e, keys, 2);
             int rc = engine_add(e, M.now, &a, &v);
             CHECK(rc == want_rc);
             if (rc >= 0) CHECK((int)v.state == rc && id_index(v.id) == i);
