@@ -130,7 +130,10 @@ struct bench {
     long long foreign, early;     /* jobs not of this run; delivered before due */
     long long dups;               /* jobs of this run delivered a second time */
     unsigned char *seen;          /* bitmap: job i was delivered */
-    struct bench_samples late;    /* lateness of each delivered job, us */
+    struct bench_samples late;    /* lateness of each delivered job, us: from
+                                     its due time to its arrival at the
+                                     consumer's socket (the kernel's stamp) */
+    struct bench_samples late_seen; /* ... to when this process handled it */
     uint64_t tick_last;           /* when the tick last fired */
     uint64_t tick_lag_max;        /* the longest it fired late: our own stalls */
     long long tick_lag_over1;     /* firings more than 1 ms late */
@@ -581,7 +584,8 @@ static void lateness_reply(struct client *cl, int kind, int n, const struct bcon
     }
     /* RESERVE */
     if (r->njobs > 0) {
-        int64_t now_us = clock_us();
+        int64_t seen_us = clock_us();
+        int64_t at_us = r->rx_unix_us ? r->rx_unix_us : seen_us;
         for (size_t i = 0; i < r->njobs; i++) {
             const struct bconn_job *j = &r->jobs[i];
             long long idx = id_index(b, j->id, j->id_len);
@@ -597,10 +601,11 @@ static void lateness_reply(struct client *cl, int kind, int n, const struct bcon
             int64_t due = 0;
             for (int k = 0; k < 13; k++)
                 due = due * 10 + (j->head[k] - '0');
-            int64_t late = now_us - due * 1000;
+            int64_t late = at_us - due * 1000;
             if (late < 0)
                 b->early++;
             bench_samples_add(&b->late, late);
+            bench_samples_add(&b->late_seen, seen_us - due * 1000);
             ph->done++;
         }
         send_acks(cl, r);
@@ -614,6 +619,7 @@ static void lateness_reply(struct client *cl, int kind, int n, const struct bcon
 
 static void lateness_start(struct bench *b) {
     for (int i = 1; i < b->ncl; i++) {
+        bconn_stamp_arrivals(b->cl[i].c); /* else the time it is handled */
         send_reserve(&b->cl[i], LATENESS_TIMEOUT_MS);
     }
     struct timeval tv = {0, 1000};
@@ -701,6 +707,28 @@ static void print_latency(const struct phase *ph) {
     }
 }
 
+/* "  label  p50 x  p90 x ... max x  min x", in ms. */
+static void print_samples(const char *label, struct bench_samples *s) {
+    printf("  %s", label);
+    for (size_t i = 0; i < sizeof pcts / sizeof pcts[0]; i++)
+        printf("  %s %.3f", pct_names[i], (double)bench_samples_pct(s, pcts[i]) / 1000.0);
+    printf("  max %.3f  min %.3f\n", (double)bench_samples_pct(s, 100) / 1000.0,
+           (double)bench_samples_pct(s, 0) / 1000.0);
+}
+
+/* The same as a JSON object, null when there are no samples. */
+static json_t *samples_json(struct bench_samples *s) {
+    if (s->n == 0)
+        return json_null();
+    json_t *l = json_object();
+    for (size_t i = 0; i < sizeof pcts / sizeof pcts[0]; i++)
+        json_object_set_new(l, pct_names[i],
+                            json_real((double)bench_samples_pct(s, pcts[i]) / 1000.0));
+    json_object_set_new(l, "max", json_real((double)bench_samples_pct(s, 100) / 1000.0));
+    json_object_set_new(l, "min", json_real((double)bench_samples_pct(s, 0) / 1000.0));
+    return l;
+}
+
 static void print_text(struct bench *b) {
     const struct opts *o = b->o;
     printf("delayq bench %s: %s:%d, %ld client%s, pipeline %ld, %lld-byte bodies\n",
@@ -714,14 +742,13 @@ static void print_text(struct bench *b) {
                ph->done, ph->target, missing < 0 ? 0 : missing, b->early, b->dups, o->rate,
                o->delay_ms, o->clients, o->clients == 1 ? "" : "s", o->count);
         if (b->late.n) {
-            printf("  lateness ms");
-            for (size_t i = 0; i < sizeof pcts / sizeof pcts[0]; i++)
-                printf("  %s %.3f", pct_names[i],
-                       (double)bench_samples_pct(&b->late, pcts[i]) / 1000.0);
-            printf("  max %.3f  min %.3f\n", (double)bench_samples_pct(&b->late, 100) / 1000.0,
-                   (double)bench_samples_pct(&b->late, 0) / 1000.0);
-            printf("  late > 1 ms %zu, > 5 ms %zu\n", bench_samples_above(&b->late, 1000),
-                   bench_samples_above(&b->late, 5000));
+            print_samples("lateness ms", &b->late);
+            printf("  late > 1 ms %zu, > 5 ms %zu  (due -> arrival at the consumer's socket)\n",
+                   bench_samples_above(&b->late, 1000), bench_samples_above(&b->late, 5000));
+            print_samples("as handled ", &b->late_seen);
+            printf("  late > 1 ms %zu, > 5 ms %zu  (due -> handled by this process, which adds its "
+                   "own stalls)\n", bench_samples_above(&b->late_seen, 1000),
+                   bench_samples_above(&b->late_seen, 5000));
         }
         printf("  client      timer lag max %.3f ms, %lld ticks > 1 ms late (this process's own "
                "stalls)\n", ms(b->tick_lag_max), b->tick_lag_over1);
@@ -785,17 +812,8 @@ static void print_json(struct bench *b) {
     if (b->nphases > 1)
         json_object_set_new(j, "preload", phase_json(&b->phases[0]));
     if (o->mode->run == run_lateness) {
-        json_t *l = json_object();
-        for (size_t i = 0; i < sizeof pcts / sizeof pcts[0]; i++)
-            json_object_set_new(l, pct_names[i],
-                                json_real((double)bench_samples_pct(&b->late, pcts[i]) / 1000.0));
-        json_object_set_new(l, "max", json_real((double)bench_samples_pct(&b->late, 100) / 1000.0));
-        json_object_set_new(l, "min", json_real((double)bench_samples_pct(&b->late, 0) / 1000.0));
-        if (b->late.n == 0) {
-            json_decref(l);
-            l = json_null();
-        }
-        json_object_set_new(j, "lateness_ms", l);
+        json_object_set_new(j, "lateness_ms", samples_json(&b->late));
+        json_object_set_new(j, "lateness_handled_ms", samples_json(&b->late_seen));
         long long missing = last->target - last->done;
         json_object_set_new(j, "delivered", json_integer(last->done));
         json_object_set_new(j, "missing", json_integer(missing < 0 ? 0 : missing));
@@ -1070,6 +1088,7 @@ int bench_main(const struct cli_target *t, int json, int argc, char **argv) {
 
     close_clients(b);
     bench_samples_free(&b->late);
+    bench_samples_free(&b->late_seen);
     free(b->seen);
     free(b->body);
     event_base_free(b->base);

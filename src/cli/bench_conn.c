@@ -68,6 +68,9 @@ struct bconn {
     size_t njobs, jcap;
     struct bconn_job *jobs;
     size_t jobs_cap;
+
+    int stamps;         /* bconn_stamp_arrivals was called */
+    long long rx_us;    /* the kernel's stamp of the last read */
 };
 
 uint64_t bconn_now_ns(void) {
@@ -142,6 +145,7 @@ static void deliver(struct bconn *c, uint64_t now) {
     c->cur.text_len = c->text_len;
     c->cur.njobs = c->njobs;
     c->cur.jobs = c->jobs;
+    c->cur.rx_unix_us = c->rx_us;
     uint64_t lat = p.sent_ns && now > p.sent_ns ? now - p.sent_ns : 0;
     c->h->reply(c, p.kind, &c->cur, lat, c->arg);
     reply_reset(c);
@@ -386,10 +390,41 @@ void bconn_flush(struct bconn *c) {
         write_some(c);
 }
 
+int bconn_stamp_arrivals(struct bconn *c) {
+    int on = 1;
+    if (setsockopt(c->fd, SOL_SOCKET, SO_TIMESTAMPNS, &on, sizeof on) != 0)
+        return -1;
+    c->stamps = 1;
+    return 0;
+}
+
+/* recv, and with stamps on the kernel's arrival time of what was read (for
+ * TCP, of the last segment taken: a stamp that is never early). */
+static ssize_t read_stamped(struct bconn *c, char *p, size_t n) {
+    if (!c->stamps) return recv(c->fd, p, n, 0);
+    union {
+        char buf[CMSG_SPACE(sizeof(struct timespec))];
+        struct cmsghdr align;
+    } ctl;
+    struct iovec iov = {p, n};
+    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1,
+                       .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
+    ssize_t r = recvmsg(c->fd, &m, 0);
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(&m); r > 0 && cm;
+         cm = CMSG_NXTHDR(&m, cm)) {
+        if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_TIMESTAMPNS) {
+            struct timespec ts;
+            memcpy(&ts, CMSG_DATA(cm), sizeof ts);
+            c->rx_us = (long long)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+        }
+    }
+    return r;
+}
+
 static void on_readable(evutil_socket_t fd, short what, void *arg) {
     struct bconn *c = arg;
     static char chunk[READ_CHUNK];
-    ssize_t r = recv(fd, chunk, sizeof chunk, 0);
+    ssize_t r = read_stamped(c, chunk, sizeof chunk);
     if (r == 0) {
         conn_fail(c, "connection closed by the server");
         return;

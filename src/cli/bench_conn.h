@@ -55,6 +55,10 @@ struct bconn_reply {
     long long elements;/* BR_ARRAY: element count */
     size_t njobs;
     const struct bconn_job *jobs;
+    /* When the kernel received the last bytes of this reply (unix time, us;
+     * see bconn_stamp_arrivals), or 0. Unlike the time the callback runs,
+     * it does not include this process's own scheduling delays. */
+    long long rx_unix_us;
 };
 
 struct bconn_handler {
@@ -65,6 +69,11 @@ struct bconn_handler {
     /* c has failed for good (why: a message). Must not close c. */
     void (*fail)(struct bconn *c, const char *why, void *arg);
 };
+
+/* Asks the kernel to stamp every read with the time the bytes arrived
+ * (SO_TIMESTAMPNS), reported in bconn_reply.rx_unix_us. Returns 0, or -1 if
+ * the socket refuses. */
+int bconn_stamp_arrivals(struct bconn *c);
 
 /* Connects (blocking; loopback connects at once) to host:port, sets
  * TCP_NODELAY and non-blocking mode and registers with base. h must outlive

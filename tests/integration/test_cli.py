@@ -453,3 +453,36 @@ def test_password(make_server):
     assert ok("ping", port=s.port, env={"DELAYQ_PASSWORD": "s3cret"}).startswith("PONG")
     p = cli("-a", "wrong", "ping", port=s.port)
     assert p.returncode == 1 and p.stderr.startswith(b"delayq: AUTH failed"), p.stderr
+
+
+# ---------------------------------------------------------------- delayq bench
+
+def test_bench_add_reports_what_the_server_holds(server, c):
+    r = js("bench", "--mode", "add", "-n", 3000, "-P", 32, "-d", 50, "-t", "bb",
+           "--delay", "1h", port=server.port)
+    assert r["ops"] == 3000 and r["ops_per_sec"] > 0
+    assert r["latency_ms"]["ADD"]["count"] == 3000
+    assert set(r["latency_ms"]["ADD"]) >= {"p50", "p99", "max"}
+    st = pairs(c.call("STATS", "bb"))
+    assert st["jobs_delayed"] == 3000 and st["added"] == 3000
+    g = get(c, "bb", c.call("LIST", "bb", "DELAYED", "COUNT", 1)[1][0])
+    assert len(g["body"]) == 50
+
+
+def test_bench_reserve_consumes_every_job(server, c):
+    r = js("bench", "--mode", "reserve", "-n", 2000, "-c", 2, "-t", "br", port=server.port)
+    assert r["preload"]["ops"] == 2000 and r["ops"] == 2000
+    st = pairs(c.call("STATS", "br"))
+    assert (st["reserved"], st["acked"], st["jobs_ready"], st["jobs_reserved"]) == (2000, 2000, 0, 0)
+
+
+def test_bench_lateness_delivers_each_job_once_and_not_early(server, c):
+    r = js("bench", "--mode", "lateness", "--rate", 2000, "-n", 1000, "--delay", "300ms",
+           "-c", 2, "-t", "bl", port=server.port)
+    assert (r["delivered"], r["missing"], r["early"], r["duplicates"]) == (1000, 0, 0, 0)
+    for key in ("lateness_ms", "lateness_handled_ms"):
+        l = r[key]
+        assert 0 <= l["min"] <= l["p50"] <= l["p99"] <= l["max"], (key, l)
+    # arrival at the socket comes before the client handles the reply
+    assert r["lateness_ms"]["max"] <= r["lateness_handled_ms"]["max"]
+    assert pairs(c.call("STATS", "bl"))["acked"] == 1000
