@@ -773,7 +773,8 @@ static void print_text(struct bench *b) {
                    bench_samples_above(&b->late_seen, 5000));
         }
         printf("  client      timer lag max %.3f ms, %lld ticks > 1 ms late (this process's own "
-               "stalls)\n", ms(b->tick_lag_max), b->tick_lag_over1);
+               "stalls); short scheduler slice %s\n", ms(b->tick_lag_max), b->tick_lag_over1,
+               b->short_slice ? "granted" : "not available");
         if (b->foreign)
             printf("  other jobs  %lld (not from this run; acked, not counted)\n", b->foreign);
         print_latency(ph);
@@ -848,6 +849,7 @@ static void print_json(struct bench *b) {
         json_object_set_new(j, "foreign", json_integer(b->foreign));
         json_object_set_new(j, "client_lag_max_ms", json_real(ms(b->tick_lag_max)));
         json_object_set_new(j, "client_lag_over_1ms", json_integer(b->tick_lag_over1));
+        json_object_set_new(j, "client_short_slice", json_boolean(b->short_slice));
         json_object_set_new(j, "rate", json_real(o->rate));
         json_object_set_new(j, "delay_ms", json_integer(o->delay_ms));
         json_object_set_new(j, "count", json_integer(o->count));
