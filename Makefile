@@ -57,6 +57,8 @@ build/asan/%.o: src/%.c | build/.deps-test
 build/asan/tests/%: tests/unit/%.c $(call obj,asan,$(CORE_SRC)) | build/.deps-test
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -O1 $(SAN) -Itests/unit -o $@ $^ $(LDLIBS) -lcmocka
+# the bench's recorders live with the client
+build/asan/tests/test_bench_hist: $(call obj,asan,src/cli/bench_hist.c)
 build/asan/delayqd: $(call obj,asan,$(CORE_SRC) src/server/main.c)
 	$(CC) $(SAN) -o $@ $^ $(LDLIBS)
 build/asan/delayq: $(call obj,asan,$(LIB_SRC) $(CLI_SRC))
