@@ -995,6 +995,20 @@ static void flush_outbox(struct dq_store *s) {
 
 static void get_send(struct rreq *rq);
 
+/* Sends what is queued: plain commands, then the outbox's scripts. Requests
+ * were queued in that order (see submit), so they reach Redis in the order
+ * the server made them. */
+static void send_queued(struct dq_store *s) {
+    while (s->raw_head) {
+        struct rreq *rq = s->raw_head;
+        s->raw_head = rq->next;
+        if (!s->raw_head) s->raw_tail = NULL;
+        if (rq->op == OP_GET) get_send(rq);
+        else registry_fetch(rq);
+    }
+    flush_outbox(s);
+}
+
 static void flush_cb(evutil_socket_t fd, short what, void *arg) {
     struct dq_store *s = arg;
     /* completions first: their callbacks may queue more work */
@@ -1004,14 +1018,7 @@ static void flush_cb(evutil_socket_t fd, short what, void *arg) {
         if (!s->done_head) s->done_tail = NULL;
         req_complete(rq);
     }
-    while (s->raw_head) {
-        struct rreq *rq = s->raw_head;
-        s->raw_head = rq->next;
-        if (!s->raw_head) s->raw_tail = NULL;
-        if (rq->op == OP_GET) get_send(rq);
-        else registry_fetch(rq);
-    }
-    flush_outbox(s);
+    send_queued(s);
 }
 
 /* --- replies -------------------------------------------------------------- */
@@ -1386,6 +1393,9 @@ static void submit(struct rreq *rq) {
         s->adds_inflight++;
     }
     if (rq->op == OP_GET || plan(rq) != 0) { /* a plain command first */
+        /* A GET must not overtake the changes queued before it (an ADD then
+         * a GET of the same job, pipelined): those go out first. */
+        if (rq->op == OP_GET && s->out_head) send_queued(s);
         rq->next = NULL;
         if (s->raw_tail) s->raw_tail->next = rq;
         else s->raw_head = rq;

@@ -208,3 +208,32 @@ def test_pipelined_errors_do_not_break_the_stream(c):
         assert c.read() == b"j%d" % i
         assert c.read().code == "EXISTS"
         assert c.read().code == "ERR"
+
+
+def test_long_mixed_pipeline_with_escaped_inline_requests(c):
+    """Long pipelines are parsed ahead a slice at a time (conn.c); inline requests with escapes
+    are unescaped in place, so every one of them must still be read exactly once, in order. And
+    every store runs one connection's requests in order: a GET sees the ADDs sent before it and
+    none sent after it."""
+    parts, want = [], []
+    for i in range(300):
+        if i % 11 == 0:  # a GET sent before the ADD must not see it
+            parts.append(encode_command("GET", "mx", "m%d" % i))
+            want.append(None)
+        parts.append(encode_command("ADD", "mx", "m%d" % i, "multi-%d" % i))
+        want.append(b"m%d" % i)
+        if i % 7 == 0:
+            parts.append(b'ADD mx i%d "in\\"line\\x41-%d"\r\n' % (i, i))
+            want.append(b"i%d" % i)
+        if i % 5 == 0:
+            parts.append(encode_command("GET", "mx", "m%d" % (i // 2)))
+            want.append(("get", i // 2))
+    c.send_raw(b"".join(parts))
+    for w in want:
+        rep = c.read()
+        if isinstance(w, tuple):
+            assert pairs(rep)["body"] == b"multi-%d" % w[1]
+        else:
+            assert rep == w
+    for i in range(0, 300, 7):
+        assert pairs(c.call("GET", "mx", "i%d" % i))["body"] == b'in"lineA-%d' % i
