@@ -36,6 +36,7 @@
 #define MAX_INFLIGHT 4096            /* requests in flight before parsing waits */
 #define IN_MAX (64 * 1024 * 1024)   /* unparsed input before reading waits */
 #define SLICE 16 /* requests dispatched before the replies so far are pushed */
+#define OWN_EVENTS 2 /* our flush event and the store's batch event */
 
 static struct buf scratch; /* replies to connections that are gone */
 
@@ -214,7 +215,7 @@ static void protocol_error(struct conn *c, const char *msg) {
  * they are not other work. Returns false if the connection was closed. */
 static bool conn_push(struct conn *c) {
     struct server *srv = c->srv;
-    if (event_base_get_num_events(srv->base, EVENT_BASE_COUNT_ACTIVE) > 2)
+    if (event_base_get_num_events(srv->base, EVENT_BASE_COUNT_ACTIVE) > OWN_EVENTS)
         return true;
     if (srv->ops->push) srv->ops->push(srv->store);
     return conn_write(c);
