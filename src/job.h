@@ -71,6 +71,7 @@ struct dq_add {
     uint32_t retries;
     struct dq_backoff backoff;
     bool replace;
+    int64_t now; /* the request's one clock read (unix ms); 0 = the store reads its own */
 };
 
 /* Counters of STATS: totals since start (or since the log began, for a

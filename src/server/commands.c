@@ -294,6 +294,7 @@ static void cmd_add(struct conn *c, struct resp_arg *argv, size_t argc) {
         .retries = DQ_RETRIES_DEFAULT,
         .backoff = {DQ_BACKOFF_EXP, DQ_BACKOFF_BASE_DEFAULT,
                     DQ_BACKOFF_MAX_DEFAULT},
+        .now = now,
     };
     bool have_delay = false, have_at = false;
     int64_t v, v2;

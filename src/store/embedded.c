@@ -488,7 +488,7 @@ static int engine_status(int rc) {
 
 static void emb_add(struct dq_store *s, const struct dq_add *a,
                     dq_store_cb *cb, void *pd) {
-    int64_t now = now_ms(s);
+    int64_t now = a->now ? a->now : now_ms(s);
     struct dq_add req = *a;
     char idbuf[48];
     bool gen = a->id.len == 1 && a->id.p[0] == '*';

@@ -13,6 +13,9 @@ const char *dq_status_code(int status) {
     case DQ_FULL: return "FULL";
     case DQ_UNAVAILABLE: return "UNAVAILABLE";
     case DQ_IOERR: return "IOERR";
+    case DQ_TIMEOUT: return "TIMEOUT";
+    case DQ_TOOBIG: return "TOOBIG";
+    case DQ_NOTFOUND: return "NOTFOUND";
     default: return "ERR";
     }
 }

@@ -50,6 +50,12 @@ enum dq_status {
     DQ_UNAVAILABLE,  /* the store cannot be reached; nothing was changed */
     DQ_IOERR,        /* the write failed (disk full, I/O error); nothing changed */
     DQ_NOMEM,        /* out of memory; nothing changed */
+    DQ_TIMEOUT,      /* sent to the store, no answer in time: the change
+                        may or may not have happened */
+    /* Set by the core, never by a store: */
+    DQ_INVALID,      /* a field is malformed or out of range (errmsg names it) */
+    DQ_TOOBIG,       /* the body is longer than --max-body */
+    DQ_NOTFOUND,     /* no such job (HTTP 404; RESP answers nil instead) */
 };
 
 /* The RESP error code of a status ("EXISTS", "BUSY", ...); "ERR" for the
