@@ -589,25 +589,47 @@ int64_t engine_purge(struct engine *e, struct dq_str topic) {
     return (int64_t)n;
 }
 
+#define LIST_WORK 65536 /* buckets and jobs one LIST call looks at, beyond COUNT */
+
+#define LIST_WORK 65536 /* buckets and jobs one LIST call looks at, beyond COUNT */
+
 struct list_ctx {
     int state;
     void (*fn)(void *ud, struct dq_str id);
     void *ud;
+    uint32_t found; /* jobs reported */
+    uint64_t work;  /* jobs and buckets looked at */
 };
 
 static void list_cb(void *ud, const struct hnode *n) {
-    const struct list_ctx *c = ud;
+    struct list_ctx *c = ud;
     const struct job *j = job_of_h(n);
-    if ((int)j->state == c->state) c->fn(c->ud, job_id(j));
+    c->work++;
+    if ((int)j->state == c->state) {
+        c->fn(c->ud, job_id(j));
+        c->found++;
+    }
 }
 
+/* One bucket at a time (a bucket as the table's SCAN defines it: one of the
+ * smaller table and those it expands to while resizing), on through empty
+ * buckets and jobs of other states until the page holds `count`, so a page
+ * is short only at the end, or when LIST_WORK jobs and buckets held too few
+ * in `state`. The last bucket is reported whole (the cursor cannot point
+ * inside one), so a page may hold a few more than `count`. */
 uint64_t engine_list(const struct engine *e, struct dq_str topic, int state,
                      uint32_t count, uint64_t cursor,
                      void (*fn)(void *ud, struct dq_str id), void *ud) {
     const struct topic *t = topic_lookup(e, topic);
-    if (!t) return 0;
-    struct list_ctx c = {state, fn, ud};
-    return htab_scan(&t->jobs, cursor, count, list_cb, &c);
+    if (!t || t->st.jobs[state] == 0) return 0;
+    if (count == 0) count = 1;
+    struct list_ctx c = {state, fn, ud, 0, 0};
+    uint64_t budget = LIST_WORK + (uint64_t)count * 4;
+    do {
+        cursor = htab_scan(&t->jobs, cursor, 1, list_cb, &c);
+        c.work++;
+    } while (cursor != 0 && c.found < count && c.work < budget);
+    return cursor;
 }
 
 void engine_stats(const struct engine *e, struct dq_str topic,

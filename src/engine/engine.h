@@ -111,10 +111,14 @@ int64_t engine_kick(struct engine *e, int64_t now, struct dq_str topic,
 int64_t engine_purge(struct engine *e, struct dq_str topic);
 
 /* LIST, SCAN-style over the topic's id table (reverse-binary cursor, as
- * Redis SCAN): visits about `count` buckets from `cursor` and calls fn for
- * every job in `state` there. Returns the next cursor, 0 when done. Every
- * job present in that state for the whole scan is reported at least once,
- * even when the table grows or shrinks between calls. */
+ * Redis SCAN): calls fn for jobs in `state` from `cursor` on, bucket by
+ * bucket, until at least `count` were reported (the last bucket whole, so
+ * a page may hold a few more), the table ends, or about 65536 jobs and
+ * buckets were looked at. So a page is short only at the end of the scan,
+ * or when the state holds fewer than about one job in 65536 of the topic's.
+ * Returns the next cursor, 0 when done. Every job present in that state for
+ * the whole scan is reported at least once, even when the table grows or
+ * shrinks between calls. */
 uint64_t engine_list(const struct engine *e, struct dq_str topic, int state,
                      uint32_t count, uint64_t cursor,
                      void (*fn)(void *ud, struct dq_str id), void *ud);

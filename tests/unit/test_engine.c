@@ -728,6 +728,37 @@ static void test_list_state_filter(void **state) {
     engine_free(e);
 }
 
+/* LIST COUNT n returns n ids per page while that many remain (the table's
+ * empty buckets and jobs of other states do not make short pages), and a
+ * page is empty only at the end (a page may end with a few more: the rest
+ * of its last bucket). */
+static void test_list_full_pages(void **state) {
+    enum { N = 3000 };
+    struct engine *e = new_engine(NULL, 0);
+    for (int k = 0; k < N; k++) add_n(e, k, k % 3 ? T0 + 100 : T0);
+    int want = 0;
+    for (int k = 0; k < N; k++) want += k % 3 != 0;
+    for (uint32_t count = 1; count <= 7; count += 3) {
+        uint8_t *mark = calloc(N, 1);
+        struct seen s = {mark, 0};
+        uint64_t c = 0;
+        do {
+            int before = s.n;
+            c = engine_list(e, S("t"), DQ_DELAYED, count, c, list_cb, &s);
+            int got = s.n - before;
+            if (c != 0) assert_true(got >= (int)count && got <= (int)count + 8);
+            if (got == 0) assert_true(c == 0);
+        } while (c != 0);
+        for (int k = 0; k < N; k++) assert_int_equal(mark[k], k % 3 != 0);
+        assert_true(s.n >= want);
+        free(mark);
+    }
+    /* a state with no job ends at once */
+    struct seen none = {NULL, 0};
+    assert_int_equal(engine_list(e, S("t"), DQ_DEAD, 1, 0, list_cb, &none), 0);
+    engine_free(e);
+}
+
 /* Jobs present for the whole scan are all seen, while the table grows and
  * then shrinks between calls. */
 static void test_list_concurrent(void **state) {
@@ -1064,6 +1095,7 @@ int main(void) {
         cmocka_unit_test(test_stats),
         cmocka_unit_test(test_list_state_filter),
         cmocka_unit_test(test_list_concurrent),
+        cmocka_unit_test(test_list_full_pages),
         cmocka_unit_test(test_restore_foreach),
         cmocka_unit_test(test_alloc_failure),
         cmocka_unit_test(test_million_same_ms),
