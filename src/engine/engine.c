@@ -632,6 +632,27 @@ uint64_t engine_list(const struct engine *e, struct dq_str topic, int state,
     return cursor;
 }
 
+struct scan_ctx {
+    void (*fn)(void *ud, const struct dq_job *j);
+    void *ud;
+};
+
+static void scan_cb(void *ud, const struct hnode *n) {
+    const struct scan_ctx *c = ud;
+    struct dq_job v;
+    view(job_of_h(n), &v);
+    c->fn(c->ud, &v);
+}
+
+uint64_t engine_scan(const struct engine *e, struct dq_str topic,
+                     uint32_t buckets, uint64_t cursor,
+                     void (*fn)(void *ud, const struct dq_job *j), void *ud) {
+    const struct topic *t = topic_lookup(e, topic);
+    if (!t) return 0;
+    struct scan_ctx c = {fn, ud};
+    return htab_scan(&t->jobs, cursor, buckets, scan_cb, &c);
+}
+
 void engine_stats(const struct engine *e, struct dq_str topic,
                   struct dq_stats *out) {
     if (topic.len == 0) {

@@ -123,6 +123,14 @@ uint64_t engine_list(const struct engine *e, struct dq_str topic, int state,
                      uint32_t count, uint64_t cursor,
                      void (*fn)(void *ud, struct dq_str id), void *ud);
 
+/* Every job of the topic, in any state, SCAN-style: visits about `buckets`
+ * buckets of its id table from `cursor` and calls fn for each job there.
+ * Returns the next cursor, 0 when done. Every job present for the whole scan
+ * is visited at least once. fn must not change the engine. */
+uint64_t engine_scan(const struct engine *e, struct dq_str topic,
+                     uint32_t buckets, uint64_t cursor,
+                     void (*fn)(void *ud, const struct dq_job *j), void *ud);
+
 /* Counters and jobs per state, of one topic or (topic.len == 0) of all.
  * A topic keeps its counters after its last job goes while it is among the
  * most recently emptied topics (IDLE_TOPICS_MAX); an unknown or long-empty
