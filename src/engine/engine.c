@@ -62,10 +62,21 @@ _Static_assert(DQ_RETRIES_MAX <= RETRIES_MAX, "retries field too narrow");
 _Static_assert(DQ_ID_MAX <= 256, "id length field too narrow");
 _Static_assert(DQ_TOPIC_MAX <= 255, "topic length field too narrow");
 
+/* A far job (engine_add_far): only its id and where its store keeps it. */
+struct stub {
+    struct hnode hnode; /* the topic's far table */
+    uint8_t id_len1;
+    uint8_t ref[6];     /* slot:u16, offset:u32, little-endian */
+    char id[];
+};
+
+#define REF_MAX ((UINT64_C(1) << 48) - 1)
+
 struct topic {
     struct hnode hnode; /* the engine's topic table */
     uint64_t hash;
     struct htab jobs;   /* id -> job */
+    struct htab far;    /* id -> stub (delayed jobs held by the store) */
     struct wheel_node ready, dead; /* list heads */
     struct dq_stats st;
     struct wheel_node idle;     /* on the engine's idle list while jobless */
@@ -80,7 +91,8 @@ struct engine {
     uint64_t max_jobs;
     struct engine_hooks hooks;
     struct dq_stats st; /* global counters and jobs per state */
-    uint64_t count;
+    uint64_t count;     /* jobs, far ones included */
+    uint64_t nfar;
     struct htab topics;
     struct topic *last; /* the topic found last (most calls repeat it) */
     struct wheel_node idle; /* topics without jobs, oldest first */
@@ -103,6 +115,29 @@ static struct topic *topic_of_h(const struct hnode *n) {
 }
 
 static size_t id_len(const struct job *j) { return (size_t)j->id_len1 + 1; }
+
+static struct stub *stub_of_h(const struct hnode *n) {
+    return (struct stub *)((char *)n - offsetof(struct stub, hnode));
+}
+
+static struct dq_str stub_id(const struct stub *f) {
+    return (struct dq_str){f->id, (size_t)f->id_len1 + 1};
+}
+
+static uint64_t stub_ref(const struct stub *f) {
+    uint64_t r = 0;
+    for (int i = 5; i >= 0; i--) r = r << 8 | f->ref[i];
+    return r;
+}
+
+static void stub_set_ref(struct stub *f, uint64_t r) {
+    for (int i = 0; i < 6; i++, r >>= 8) f->ref[i] = (uint8_t)r;
+}
+
+/* Jobs of a topic, far ones included. */
+static uint64_t topic_count(const struct topic *t) {
+    return htab_count(&t->jobs) + htab_count(&t->far);
+}
 
 static struct dq_str job_id(const struct job *j) {
     return (struct dq_str){j->data, id_len(j)};
@@ -175,6 +210,11 @@ static uint64_t job_rehash(const struct hnode *n) {
     return htab_hash_bytes(j->data, id_len(j));
 }
 
+static uint64_t stub_rehash(const struct hnode *n) {
+    struct dq_str id = stub_id(stub_of_h(n));
+    return htab_hash_bytes(id.p, id.len);
+}
+
 static bool topic_is(const struct topic *t, struct dq_str name) {
     return t->name_len == name.len && memcmp(t->name, name.p, name.len) == 0;
 }
@@ -204,6 +244,11 @@ static struct topic *topic_create(struct engine *e, struct dq_str name) {
         dq_free(t);
         return NULL;
     }
+    if (htab_init(&t->far, 1, stub_rehash) < 0) {
+        htab_destroy(&t->jobs);
+        dq_free(t);
+        return NULL;
+    }
     t->hash = htab_hash_bytes(name.p, name.len);
     list_init(&t->ready);
     list_init(&t->dead);
@@ -223,6 +268,7 @@ static void topic_free(struct engine *e, struct topic *t) {
     }
     htab_remove(&e->topics, &t->hnode, t->hash);
     htab_destroy(&t->jobs);
+    htab_destroy(&t->far);
     if (e->last == t) e->last = NULL;
     dq_free(t);
 }
@@ -231,7 +277,7 @@ static void topic_free(struct engine *e, struct topic *t) {
  * is among the IDLE_TOPICS_MAX most recently emptied; older ones are freed,
  * so topics used once cannot pile up. */
 static void topic_free_if_empty(struct engine *e, struct topic *t) {
-    if (htab_count(&t->jobs) != 0 || !list_empty(&t->idle)) return;
+    if (topic_count(t) != 0 || !list_empty(&t->idle)) return;
     list_append(&e->idle, &t->idle);
     e->nidle++;
     while (e->nidle > IDLE_TOPICS_MAX) {
@@ -264,6 +310,30 @@ static struct job *job_find(const struct topic *t, struct dq_str id,
             return j;
     }
     return NULL;
+}
+
+static struct stub *stub_find(const struct topic *t, struct dq_str id,
+                              uint64_t h) {
+    for (struct hnode *n = htab_bucket(&t->far, h); n; n = n->next) {
+        struct stub *f = stub_of_h(n);
+        if ((size_t)f->id_len1 + 1 == id.len &&
+            memcmp(f->id, id.p, id.len) == 0)
+            return f;
+    }
+    return NULL;
+}
+
+/* Unlinks and frees a far job, telling the store its record is dead. */
+static void stub_remove(struct engine *e, struct topic *t, struct stub *f,
+                        uint64_t h, bool tell) {
+    htab_remove(&t->far, &f->hnode, h);
+    t->st.jobs[DQ_DELAYED]--;
+    e->st.jobs[DQ_DELAYED]--;
+    e->count--;
+    e->nfar--;
+    if (tell && e->hooks.on_far_drop)
+        e->hooks.on_far_drop(e->hooks.ud, stub_ref(f));
+    dq_free(f);
 }
 
 /* The job topic/id, or NULL; *tp receives its topic. */
@@ -361,10 +431,14 @@ struct engine *engine_new(const struct engine_config *cfg, int64_t now) {
 
 static void free_job_cb(void *ud, struct hnode *n) { dq_free(job_of_h(n)); }
 
+static void free_stub_cb(void *ud, struct hnode *n) { dq_free(stub_of_h(n)); }
+
 static void free_topic_cb(void *ud, struct hnode *n) {
     struct topic *t = topic_of_h(n);
     htab_foreach(&t->jobs, free_job_cb, NULL);
     htab_destroy(&t->jobs);
+    htab_foreach(&t->far, free_stub_cb, NULL);
+    htab_destroy(&t->far);
     dq_free(t);
 }
 
@@ -375,15 +449,18 @@ void engine_free(struct engine *e) {
     dq_free(e);
 }
 
-int engine_add(struct engine *e, int64_t now, const struct dq_add *a,
-               struct dq_job *out) {
+/* ADD, of a job kept in RAM (far false) or a far job the store keeps at
+ * `ref`. */
+static int add(struct engine *e, int64_t now, const struct dq_add *a,
+               bool far, uint64_t ref, struct dq_job *out) {
     if (a->body.len > BODY_MAX) return ENGINE_ENOMEM;
     struct topic *t = topic_get(e, a->topic);
     uint64_t h = htab_hash_bytes(a->id.p, a->id.len);
     struct job *old = t ? job_find(t, a->id, h) : NULL;
-    if (old) {
+    struct stub *oldf = t && !old ? stub_find(t, a->id, h) : NULL;
+    if (old || oldf) {
         if (!a->replace) return ENGINE_EEXISTS;
-        if (old->state == DQ_RESERVED) return ENGINE_EBUSY;
+        if (old && old->state == DQ_RESERVED) return ENGINE_EBUSY;
     } else if (e->max_jobs && e->count >= e->max_jobs) {
         return ENGINE_EFULL;
     }
@@ -392,33 +469,128 @@ int engine_add(struct engine *e, int64_t now, const struct dq_add *a,
         if (!(t = topic_create(e, a->topic))) return ENGINE_ENOMEM;
         created = true;
     }
-    struct job *j = job_alloc(t, a->id, a->body);
-    if (!j) {
+    struct job *j = NULL;
+    struct stub *f = NULL;
+    if (far) {
+        f = dq_malloc(offsetof(struct stub, id) + a->id.len);
+        if (f) {
+            f->id_len1 = (uint8_t)(a->id.len - 1);
+            memcpy(f->id, a->id.p, a->id.len);
+            stub_set_ref(f, ref);
+        }
+    } else {
+        j = job_alloc(t, a->id, a->body);
+    }
+    if (!j && !f) {
         if (created) topic_free(e, t);
         return ENGINE_ENOMEM;
     }
-    job_options(j, a->due, now, a->ttr, a->retries, 0, &a->backoff);
     topic_use(e, t);
     if (old) job_remove(e, old, h);
-    htab_insert(&t->jobs, &j->hnode, h);
-    e->count++;
-    int state = (int64_t)j->due <= now ? DQ_READY : DQ_DELAYED;
-    place(e, j, state, (int64_t)j->due);
+    if (oldf) stub_remove(e, t, oldf, h, true);
     t->st.added++;
     e->st.added++;
+    e->count++;
+    if (far) {
+        htab_insert(&t->far, &f->hnode, h);
+        e->nfar++;
+        t->st.jobs[DQ_DELAYED]++;
+        e->st.jobs[DQ_DELAYED]++;
+        return DQ_DELAYED;
+    }
+    job_options(j, a->due, now, a->ttr, a->retries, 0, &a->backoff);
+    htab_insert(&t->jobs, &j->hnode, h);
+    int state = (int64_t)j->due <= now ? DQ_READY : DQ_DELAYED;
+    place(e, j, state, (int64_t)j->due);
     if (out) view(j, out);
     if (state == DQ_READY) notify_ready(e, t);
     return state;
 }
 
+int engine_add(struct engine *e, int64_t now, const struct dq_add *a,
+               struct dq_job *out) {
+    return add(e, now, a, false, 0, out);
+}
+
+int engine_add_far(struct engine *e, int64_t now, const struct dq_add *a,
+                   uint64_t ref) {
+    assert(ref <= REF_MAX);
+    return add(e, now, a, true, ref, NULL);
+}
+
+int engine_restore_far(struct engine *e, struct dq_str topic,
+                       struct dq_str id, uint64_t ref) {
+    struct dq_add a = {.topic = topic, .id = id, .replace = true};
+    struct dq_stats keep = e->st;
+    uint64_t max = e->max_jobs;
+    struct topic *t = topic_get(e, topic);
+    uint64_t h = htab_hash_bytes(id.p, id.len);
+    struct job *old = t ? job_find(t, id, h) : NULL;
+    if (old) job_remove(e, old, h); /* a reserved one too: the record wins */
+    e->max_jobs = 0; /* what the log holds is never refused */
+    int rc = add(e, 0, &a, true, ref, NULL);
+    e->max_jobs = max;
+    if (rc < 0) return rc;
+    /* not an ADD: the counters stay */
+    struct topic *nt = topic_get(e, topic);
+    nt->st.added--;
+    e->st.added = keep.added;
+    return 0;
+}
+
+int engine_far_ref(const struct engine *e, struct dq_str topic,
+                   struct dq_str id, uint64_t *ref) {
+    const struct topic *t = topic_lookup(e, topic);
+    if (!t || htab_count(&t->far) == 0) return 0;
+    const struct stub *f = stub_find(t, id, htab_hash_bytes(id.p, id.len));
+    if (!f) return 0;
+    if (ref) *ref = stub_ref(f);
+    return 1;
+}
+
+int engine_load(struct engine *e, int64_t now, const struct dq_job *src,
+                uint64_t ref) {
+    struct topic *t = topic_get(e, src->topic);
+    if (!t || htab_count(&t->far) == 0) return 0;
+    uint64_t h = htab_hash_bytes(src->id.p, src->id.len);
+    struct stub *f = stub_find(t, src->id, h);
+    if (!f || stub_ref(f) != ref) return 0;
+    struct job *j = job_alloc(t, src->id, src->body);
+    if (!j) return ENGINE_ENOMEM;
+    stub_remove(e, t, f, h, false);
+    job_options(j, src->due, src->created, src->ttr, src->retries,
+                src->attempts, &src->backoff);
+    htab_insert(&t->jobs, &j->hnode, h);
+    e->count++;
+    int state = (int64_t)j->due <= now ? DQ_READY : DQ_DELAYED;
+    place(e, j, state, (int64_t)j->due);
+    if (state == DQ_READY) notify_ready(e, t);
+    return 1;
+}
+
+int engine_far_move(struct engine *e, struct dq_str topic, struct dq_str id,
+                    uint64_t from, uint64_t to) {
+    struct topic *t = topic_get(e, topic);
+    if (!t || htab_count(&t->far) == 0) return 0;
+    struct stub *f = stub_find(t, id, htab_hash_bytes(id.p, id.len));
+    if (!f || stub_ref(f) != from) return 0;
+    stub_set_ref(f, to);
+    return 1;
+}
+
+uint64_t engine_far_count(const struct engine *e) { return e->nfar; }
+
 /* DEL and ACK. */
 static int drop(struct engine *e, struct dq_str topic, struct dq_str id,
                 bool ack) {
-    struct topic *t;
-    uint64_t h;
+    struct topic *t = NULL;
+    uint64_t h = 0;
     struct job *j = find(e, topic, id, &t, &h);
-    if (!j) return 0;
-    job_remove(e, j, h);
+    struct stub *f = !j && t && htab_count(&t->far) ? stub_find(t, id, h)
+                                                    : NULL;
+    if (j) job_remove(e, j, h);
+    else if (f) stub_remove(e, t, f, h, true);
+    else return 0;
     if (ack) {
         t->st.acked++;
         e->st.acked++;
@@ -568,10 +740,31 @@ static void purge_cb(void *ud, struct hnode *n) {
     dq_free(j);
 }
 
+static void purge_far_cb(void *ud, struct hnode *n) {
+    struct engine *e = ud;
+    struct stub *f = stub_of_h(n);
+    if (e->hooks.on_far_drop) e->hooks.on_far_drop(e->hooks.ud, stub_ref(f));
+    dq_free(f);
+}
+
 int64_t engine_purge(struct engine *e, struct dq_str topic) {
     struct topic *t = topic_get(e, topic);
     if (!t) return 0;
-    uint64_t n = htab_count(&t->jobs);
+    uint64_t nfar = htab_count(&t->far);
+    if (nfar) {
+        htab_foreach(&t->far, purge_far_cb, e);
+        struct htab fresh;
+        if (htab_init(&fresh, 1, stub_rehash) == 0) {
+            htab_destroy(&t->far);
+            t->far = fresh;
+        } else {
+            htab_clear(&t->far);
+        }
+        t->st.jobs[DQ_DELAYED] -= nfar;
+        e->st.jobs[DQ_DELAYED] -= nfar;
+        e->nfar -= nfar;
+    }
+    uint64_t n = htab_count(&t->jobs) + nfar;
     htab_foreach(&t->jobs, purge_cb, e);
     /* the table still links the freed jobs: start it afresh (keeping the
      * old buckets if a new table cannot be had, now that it is empty) */
@@ -589,25 +782,112 @@ int64_t engine_purge(struct engine *e, struct dq_str topic) {
     return (int64_t)n;
 }
 
+
+#define LIST_WORK 65536 /* buckets and jobs one LIST call looks at, beyond COUNT */
+#define LIST_NEAR (UINT64_C(1) << 63) /* cursor bit: delayed jobs in RAM */
+
 struct list_ctx {
     int state;
     void (*fn)(void *ud, struct dq_str id);
     void *ud;
+    uint32_t found; /* jobs reported */
+    uint64_t work;  /* jobs and buckets looked at */
 };
 
 static void list_cb(void *ud, const struct hnode *n) {
-    const struct list_ctx *c = ud;
+    struct list_ctx *c = ud;
     const struct job *j = job_of_h(n);
-    if ((int)j->state == c->state) c->fn(c->ud, job_id(j));
+    c->work++;
+    if ((int)j->state == c->state) {
+        c->fn(c->ud, job_id(j));
+        c->found++;
+    }
 }
 
+static void list_far_cb(void *ud, const struct hnode *n) {
+    struct list_ctx *c = ud;
+    c->work++;
+    c->fn(c->ud, stub_id(stub_of_h(n)));
+    c->found++;
+}
+
+/* One bucket at a time (a bucket as the table's SCAN defines it: one of the
+ * smaller table and those it expands to while resizing), on through empty
+ * buckets and jobs of other states until the page holds `count`, so a page
+ * is short only at the end, or when LIST_WORK jobs and buckets held too few
+ * in `state`. The last bucket is reported whole (the cursor cannot point
+ * inside one), so a page may hold a few more than `count`. */
 uint64_t engine_list(const struct engine *e, struct dq_str topic, int state,
                      uint32_t count, uint64_t cursor,
                      void (*fn)(void *ud, struct dq_str id), void *ud) {
     const struct topic *t = topic_lookup(e, topic);
+    if (!t || t->st.jobs[state] == 0) return 0;
+    if (count == 0) count = 1;
+    struct list_ctx c = {state, fn, ud, 0, 0};
+    uint64_t budget = LIST_WORK + (uint64_t)count * 4;
+    /* Delayed jobs: the far table first (cursor bit 63 clear), then the jobs
+     * in RAM (bit 63 set). Jobs only move from far to RAM, so one that moves
+     * during the scan is met in RAM if it was not met far. */
+    if (state == DQ_DELAYED && !(cursor & LIST_NEAR)) {
+        if (htab_count(&t->far)) {
+            do {
+                cursor = htab_scan(&t->far, cursor, 1, list_far_cb, &c);
+                c.work++;
+            } while (cursor != 0 && c.found < count && c.work < budget);
+            if (cursor != 0) return cursor;
+        }
+        cursor = LIST_NEAR;
+    }
+    uint64_t phase = cursor & LIST_NEAR;
+    cursor &= ~LIST_NEAR;
+    if (c.found >= count || c.work >= budget) return phase | cursor;
+    do {
+        cursor = htab_scan(&t->jobs, cursor, 1, list_cb, &c);
+        c.work++;
+    } while (cursor != 0 && c.found < count && c.work < budget);
+    return cursor ? phase | cursor : 0;
+}
+
+struct scan_ctx {
+    void (*fn)(void *ud, const struct dq_job *j);
+    void *ud;
+};
+
+static void scan_cb(void *ud, const struct hnode *n) {
+    const struct scan_ctx *c = ud;
+    struct dq_job v;
+    view(job_of_h(n), &v);
+    c->fn(c->ud, &v);
+}
+
+struct scan_far_ctx {
+    void (*fn)(void *ud, struct dq_str id, uint64_t ref);
+    void *ud;
+};
+
+static void scan_far_cb(void *ud, const struct hnode *n) {
+    const struct scan_far_ctx *c = ud;
+    const struct stub *f = stub_of_h(n);
+    c->fn(c->ud, stub_id(f), stub_ref(f));
+}
+
+uint64_t engine_scan_far(const struct engine *e, struct dq_str topic,
+                         uint32_t buckets, uint64_t cursor,
+                         void (*fn)(void *ud, struct dq_str id, uint64_t ref),
+                         void *ud) {
+    const struct topic *t = topic_lookup(e, topic);
+    if (!t || htab_count(&t->far) == 0) return 0;
+    struct scan_far_ctx c = {fn, ud};
+    return htab_scan(&t->far, cursor, buckets, scan_far_cb, &c);
+}
+
+uint64_t engine_scan(const struct engine *e, struct dq_str topic,
+                     uint32_t buckets, uint64_t cursor,
+                     void (*fn)(void *ud, const struct dq_job *j), void *ud) {
+    const struct topic *t = topic_lookup(e, topic);
     if (!t) return 0;
-    struct list_ctx c = {state, fn, ud};
-    return htab_scan(&t->jobs, cursor, count, list_cb, &c);
+    struct scan_ctx c = {fn, ud};
+    return htab_scan(&t->jobs, cursor, buckets, scan_cb, &c);
 }
 
 void engine_stats(const struct engine *e, struct dq_str topic,
@@ -631,7 +911,7 @@ struct topics_ctx {
 static void topics_cb(void *ud, struct hnode *n) {
     const struct topics_ctx *c = ud;
     const struct topic *t = topic_of_h(n);
-    if (htab_count(&t->jobs)) c->fn(c->ud, topic_name(t));
+    if (topic_count(t)) c->fn(c->ud, topic_name(t));
 }
 
 void engine_topics(const struct engine *e,
@@ -723,7 +1003,8 @@ int engine_restore(struct engine *e, int64_t now, const struct dq_job *src) {
     if (src->body.len > BODY_MAX) return ENGINE_ENOMEM;
     struct topic *t = topic_get(e, src->topic);
     uint64_t h = htab_hash_bytes(src->id.p, src->id.len);
-    if (t && job_find(t, src->id, h)) return ENGINE_EEXISTS;
+    if (t && (job_find(t, src->id, h) || stub_find(t, src->id, h)))
+        return ENGINE_EEXISTS;
     bool created = false;
     if (!t) {
         if (!(t = topic_create(e, src->topic))) return ENGINE_ENOMEM;

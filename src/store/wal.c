@@ -1407,7 +1407,7 @@ static void sync_stop(struct wal *w) {
  * wholesale, and no step holds the loop for long. */
 
 #define SNAP_SLICE 1024 /* jobs per step */
-#define SNAP_SCAN 64    /* buckets per engine_list call */
+#define SNAP_SCAN 64    /* buckets per engine_scan call */
 
 struct snapper {
     bool active;
@@ -1473,10 +1473,9 @@ struct snap_step {
     uint64_t n;
 };
 
-static void snap_id(void *ud, struct dq_str id) {
+static void snap_job(void *ud, const struct dq_job *j) {
     struct snap_step *st = ud;
-    struct wal_rec r = {.type = WAL_JOB};
-    if (!engine_get(st->w->snap->e, st->topic, id, &r.job)) return;
+    struct wal_rec r = {.type = WAL_JOB, .job = *j};
     snap_rec(st->w, &r);
     st->w->snap->jobs++;
     st->n++;
@@ -1592,11 +1591,8 @@ static bool compact_step(struct wal *w) {
     while (st.n < SNAP_SLICE && sn->at < sn->names_len && !sn->err) {
         const char *t = sn->names + sn->at;
         st.topic = (struct dq_str){t, strlen(t)};
-        /* the four states at one cursor: one pass over the same buckets */
-        uint64_t next = 0;
-        for (int state = 0; state < DQ_NSTATES; state++)
-            next = engine_list(sn->e, st.topic, state, SNAP_SCAN, sn->cursor,
-                               snap_id, &st);
+        uint64_t next = engine_scan(sn->e, st.topic, SNAP_SCAN, sn->cursor,
+                                    snap_job, &st);
         sn->cursor = next;
         if (next == 0) sn->at += st.topic.len + 1;
     }
