@@ -20,10 +20,23 @@ STORE_SRC  := $(wildcard src/store/*.c)
 SERVER_SRC := $(filter-out src/server/main.c,$(wildcard src/server/*.c))
 CLI_SRC    := $(wildcard src/cli/*.c)
 
-CORE_SRC   := $(LIB_SRC) $(PROTO_SRC) $(ENGINE_SRC) $(STORE_SRC) $(SERVER_SRC)
+# --- embedded files: sources in their own language, turned into C ---------
+# Every file listed in EMBED (a path under src/) becomes build/gen/PATH.c,
+# holding `const char asset_NAME[]` (its bytes and a NUL) and
+# `const size_t asset_NAME_len`, NAME being PATH with '/' and '.' as '_'
+# (src/store/lua/delayq.lua -> asset_store_lua_delayq_lua). The generated
+# .c files are compiled and linked like any other source of the server.
+EMBED      := src/store/lua/delayq.lua
+EMBED_C    := $(patsubst src/%,build/gen/%.c,$(EMBED))
+.SECONDARY: $(EMBED_C)
+build/gen/%.c: src/% scripts/embed
+	@mkdir -p $(dir $@)
+	scripts/embed asset_$(subst .,_,$(subst /,_,$*)) < $< > $@.tmp && mv $@.tmp $@
+
+CORE_SRC   := $(LIB_SRC) $(PROTO_SRC) $(ENGINE_SRC) $(STORE_SRC) $(SERVER_SRC) $(EMBED_C)
 UNIT_TESTS := $(patsubst tests/unit/%.c,%,$(wildcard tests/unit/test_*.c))
 
-obj = $(patsubst src/%.c,build/$(1)/%.o,$(2))
+obj = $(patsubst build/gen/%.c,build/$(1)/gen/%.o,$(patsubst src/%.c,build/$(1)/%.o,$(2)))
 
 .PHONY: all run test unit integration fuzz bench clean deps
 all: bin/delayqd bin/delayq
@@ -39,6 +52,9 @@ build/.deps-test: scripts/deps.sh
 build/rel/%.o: src/%.c | build/.deps-build
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -c -o $@ $<
+build/rel/gen/%.o: build/gen/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c -o $@ $<
 
 bin/delayqd: $(call obj,rel,$(CORE_SRC) src/server/main.c)
 	@mkdir -p bin
@@ -54,6 +70,9 @@ run: all
 build/asan/%.o: src/%.c | build/.deps-test
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -O1 $(SAN) -MMD -MP -c -o $@ $<
+build/asan/gen/%.o: build/gen/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -O1 $(SAN) -c -o $@ $<
 build/asan/tests/%: tests/unit/%.c $(call obj,asan,$(CORE_SRC)) | build/.deps-test
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -O1 $(SAN) -Itests/unit -o $@ $^ $(LDLIBS) -lcmocka
