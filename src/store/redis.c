@@ -47,6 +47,7 @@
 #define CALL_TIMEOUT_US 1800000  /* every request answers within 2 s */
 #define MAX_CALL_REQS 128        /* requests per script call */
 #define MAX_CALL_BYTES (1 << 20) /* argument bytes per script call */
+#define MAX_CALL_JOBS 2000       /* jobs to reserve per script call */
 #define MAX_UNIT_GROUPS 64       /* groups per unit (standalone) */
 #define SWEEP_MS 900
 #define DRAIN_MS 2000
@@ -174,6 +175,7 @@ struct builder {
     size_t nu, ucap;
     struct buf reqs;
     size_t nargs;
+    uint64_t njobs;           /* jobs its reserves may take */
 };
 
 struct scall { /* a script call in flight */
@@ -871,6 +873,7 @@ static void builder_add(struct dq_store *s, struct builder *b, struct unit *u,
     arg_int(&b->reqs, (int64_t)na);
     buf_append(&b->reqs, s->scratch.p, s->scratch.len);
     b->nargs += 3 + u->ng + na;
+    if (rq->op == OP_RESERVE) b->njobs += rq->count;
     if (b->nu == b->ucap) {
         b->ucap = b->ucap ? b->ucap * 2 : 16;
         b->units = xrealloc(b->units, b->ucap * sizeof *b->units);
@@ -930,6 +933,7 @@ static void builder_send(struct dq_store *s, struct builder *b, int64_t now) {
     b->nu = b->ucap = 0;
     b->reqs.len = 0;
     b->nargs = 0;
+    b->njobs = 0;
     b->stamp = ++s->bstamp;
     rcli_send(s->cli, slot, RCLI_SCRIPT, argc, out.p, out.len, deadline,
               script_cb, sc);
@@ -947,6 +951,13 @@ static void builder_destroy(struct builder *b) {
     buf_free(&b->reqs);
 }
 
+/* A call is as big as it should get: it is sent once it holds this much, so
+ * one script call stays short (other clients wait while it runs). */
+static bool builder_full(const struct builder *b) {
+    return b->nu >= MAX_CALL_REQS || b->reqs.len >= MAX_CALL_BYTES ||
+           b->njobs >= MAX_CALL_JOBS;
+}
+
 /* Turns the outbox into script calls: one per node (standalone) or slot
  * (cluster), split when a call grows past MAX_CALL_REQS/BYTES. */
 static void flush_outbox(struct dq_store *s) {
@@ -959,8 +970,7 @@ static void flush_outbox(struct dq_store *s) {
         builder_init(s, &b, -1);
         for (; u; u = u->next) {
             builder_add(s, &b, u, now);
-            if (b.nu >= MAX_CALL_REQS || b.reqs.len >= MAX_CALL_BYTES)
-                builder_send(s, &b, now);
+            if (builder_full(&b)) builder_send(s, &b, now);
         }
         builder_send(s, &b, now);
         builder_destroy(&b);
@@ -982,8 +992,7 @@ static void flush_outbox(struct dq_store *s) {
             builder_init(s, &bs[nb++], slot);
         }
         builder_add(s, &bs[i], u, now);
-        if (bs[i].nu >= MAX_CALL_REQS || bs[i].reqs.len >= MAX_CALL_BYTES)
-            builder_send(s, &bs[i], now);
+        if (builder_full(&bs[i])) builder_send(s, &bs[i], now);
     }
     for (size_t i = 0; i < nb; i++) {
         s->slot_b[bs[i].slot] = 0;

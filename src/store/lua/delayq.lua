@@ -55,13 +55,31 @@ local function cnt(g, f, n)
   if n ~= 0 then g.c[f] = (g.c[f] or 0) + n end
 end
 
+-- Every command whose arguments come from a list goes through callv or
+-- hmget: Lua's unpack puts the list on the C stack, which holds about 8,000
+-- values ("too many results to unpack"), so lists go in chunks of CHUNK (an
+-- even number: field/value and score/member pairs stay whole).
 local function callv(cmd, key, list)
   local n = #list
+  local r
   for i = 1, n, CHUNK do
     local j = i + CHUNK - 1
     if j > n then j = n end
-    call(cmd, key, unpack(list, i, j))
+    r = call(cmd, key, unpack(list, i, j))
   end
+  return r -- the last reply (RPUSH: the list's length)
+end
+
+-- HMGET of any number of fields: the values, in order (false if absent)
+local function hmget(key, ids)
+  local n = #ids
+  if n <= CHUNK then return call('HMGET', key, unpack(ids)) end
+  local out = {}
+  for i = 1, n, CHUNK do
+    local part = call('HMGET', key, unpack(ids, i, math.min(n, i + CHUNK - 1)))
+    for j = 1, #part do out[i + j - 1] = part[j] end
+  end
+  return out
 end
 
 -- the delay zset's member for a record and id
@@ -107,7 +125,7 @@ local function carry(g)
     call('ZREMRANGEBYRANK', g.lease, 0, #e / 2 - 1)
     local ids = {}
     for i = 1, #e, 2 do ids[#ids + 1] = e[i] end
-    local recs = call('HMGET', g.pool, unpack(ids))
+    local recs = hmget(g.pool, ids)
     local hs, dz, back, btime = {}, {}, {}, {}
     local nexp, ndead = 0, 0
     for i = 1, #ids do
@@ -144,9 +162,7 @@ local function carry(g)
   end
   if nm > 0 or #e > 0 then g.moved = true end
   if #push > 0 then
-    for i = 1, #push, CHUNK do
-      g.rlen = call('RPUSH', g.ready, unpack(push, i, math.min(#push, i + CHUNK - 1)))
-    end
+    g.rlen = callv('RPUSH', g.ready, push)
     g.rd = true
   end
 end
@@ -198,12 +214,12 @@ end
 local function run_add(g, q)
   local ids = {}
   for i = 1, #q do ids[i] = q[i][1] end
-  local ex = call('HMGET', g.pool, unpack(ids))
+  local ex = hmget(g.pool, ids)
   local hs, pr, pz, seen = {}, {}, {}, {}
   local function write()
-    if #hs > 0 then call('HSET', g.pool, unpack(hs)); hs = {} end
-    if #pr > 0 then g.rlen = call('RPUSH', g.ready, unpack(pr)); pr = {}; g.rd = true end
-    if #pz > 0 then call('ZADD', g.delay, unpack(pz)); pz = {} end
+    if #hs > 0 then callv('HSET', g.pool, hs); hs = {} end
+    if #pr > 0 then g.rlen = callv('RPUSH', g.ready, pr); pr = {}; g.rd = true end
+    if #pz > 0 then callv('ZADD', g.delay, pz); pz = {} end
   end
   local added = 0
   for i = 1, #q do
@@ -246,7 +262,7 @@ end
 
 -- the records of ids popped from the ready list, reserved
 local function take(g, ids, out)
-  local recs = call('HMGET', g.pool, unpack(ids))
+  local recs = hmget(g.pool, ids)
   local hs, zs, nh, k = {}, {}, 0, 0
   local pdl, sdl = {}, {} -- per ttr: packed and printed deadline
   for i = 1, #ids do
@@ -272,8 +288,8 @@ local function take(g, ids, out)
     end
   end
   if k > 0 then
-    call('HSET', g.pool, unpack(hs))
-    call('ZADD', g.lease, unpack(zs))
+    callv('HSET', g.pool, hs)
+    callv('ZADD', g.lease, zs)
     cnt(g, 'reserved', k)
   end
   return k
@@ -443,7 +459,9 @@ OPS.del = function(gs, a, rt)
   for _, g in ipairs(gs) do
     if not g.o then open(g, true) end
     local n = tonumber(ARGV[p])
-    queue(g, 'del', {{unpack(ARGV, p + 1, p + n)}, field, rt})
+    local ids = {}
+    for i = 1, n do ids[i] = ARGV[p + i] end
+    queue(g, 'del', {ids, field, rt})
     p = p + 1 + n
   end
 end
@@ -554,7 +572,7 @@ OPS.kick = function(gs, a, rt)
       if need > 0 and need < take then take = need end
       local ids = call('ZRANGE', g.dead, 0, take - 1)
       if #ids == 0 then break end
-      local recs = call('HMGET', g.pool, unpack(ids))
+      local recs = hmget(g.pool, ids)
       local hs, push = {}, {}
       for i = 1, #ids do
         local r = recs[i]
@@ -567,8 +585,8 @@ OPS.kick = function(gs, a, rt)
       end
       call('ZREMRANGEBYRANK', g.dead, 0, #ids - 1)
       if #push > 0 then
-        call('HSET', g.pool, unpack(hs))
-        g.rlen = call('RPUSH', g.ready, unpack(push))
+        callv('HSET', g.pool, hs)
+        g.rlen = callv('RPUSH', g.ready, push)
         g.rd = true
       end
       cnt(g, 'kicked', #push)
