@@ -72,6 +72,16 @@ static const struct {
     [OP_TOPICS] = {"carry", false},  [OP_CARRY] = {"carry", false},
 };
 
+/* Whether an op changes jobs: when one of its calls was sent and not
+ * answered, the change may have been made (TIMEOUT, not UNAVAILABLE).
+ * RESERVE counts as a read: jobs a lost reply may have reserved come back
+ * when their lease ends, as for a consumer that died, so the client (and a
+ * blocked RESERVE, which keeps waiting on UNAVAILABLE) can simply go on. */
+static bool op_writes(enum op op) {
+    return op != OP_GET && op != OP_LIST && op != OP_STATS && op != OP_TOPICS &&
+           op != OP_CARRY && op != OP_RESERVE;
+}
+
 /* Script result codes. */
 enum { SR_OK = 0, SR_EXISTS = 1, SR_BUSY = 2, SR_NOTRESERVED = 3, SR_TAKEN = 4 };
 
@@ -150,6 +160,7 @@ struct rreq {
     size_t *gcnt;           /* del/ack: ids per group */
     struct unit *units;
     size_t nunits, next_unit, pending;
+    size_t units_ok;        /* units whose calls were answered */
     int phase;              /* topics / all-stats: 0 = registry first */
     /* results */
     int status;
@@ -668,7 +679,7 @@ static int plan(struct rreq *rq) {
 
 /* --- registry ------------------------------------------------------------ */
 
-static void members_cb(void *pd, redisReply *r, const char *err);
+static void members_cb(void *pd, redisReply *r, const char *err, bool sent);
 
 /* Phase 0 of TOPICS and STATS without a topic: learn the registry. */
 static void registry_fetch(struct rreq *rq) {
@@ -689,7 +700,7 @@ static void registry_learn(struct dq_store *s, redisReply *r) {
     }
 }
 
-static void members_cb(void *pd, redisReply *r, const char *err) {
+static void members_cb(void *pd, redisReply *r, const char *err, bool sent) {
     struct rreq *rq = pd;
     struct dq_store *s = rq->s;
     if (!r || r->type != REDIS_REPLY_ARRAY) {
@@ -707,7 +718,7 @@ static void members_cb(void *pd, redisReply *r, const char *err) {
     outbox_units(s, rq);
 }
 
-static void sadd_cb(void *pd, redisReply *r, const char *err) {
+static void sadd_cb(void *pd, redisReply *r, const char *err, bool sent) {
     struct rtopic *t = pd;
     t->registering = false;
     if (r && r->type == REDIS_REPLY_INTEGER) t->registered = true;
@@ -881,7 +892,7 @@ static void builder_add(struct dq_store *s, struct builder *b, struct unit *u,
     b->units[b->nu++] = u;
 }
 
-static void script_cb(void *pd, redisReply *r, const char *err);
+static void script_cb(void *pd, redisReply *r, const char *err, bool sent);
 
 /* Sends the builder's call and resets it. */
 static void builder_send(struct dq_store *s, struct builder *b, int64_t now) {
@@ -1198,6 +1209,13 @@ static void unit_finished(struct rreq *rq) {
         outbox_units(s, rq);
         return;
     }
+    if (rq->status == DQ_UNAVAILABLE && rq->units_ok > 0 && op_writes(rq->op)) {
+        /* some of its calls made their changes, the others did not */
+        char m[sizeof rq->errbuf + 16];
+        snprintf(m, sizeof m, "partly done: %s", rq->errbuf);
+        rq->status = DQ_OK;
+        req_fail(rq, DQ_TIMEOUT, m);
+    }
     if (rq->op == OP_TOPICS && rq->status == DQ_OK) {
         /* topics whose shards hold jobs */
         for (size_t i = 0; i < rq->ngs;) {
@@ -1212,19 +1230,45 @@ static void unit_finished(struct rreq *rq) {
     req_complete(rq);
 }
 
+/* An error reply. Redis refuses a command before running it for most
+ * errors (OOM under maxmemory thanks to the script's shebang, CLUSTERDOWN,
+ * TRYAGAIN, READONLY, LOADING, BUSY, MASTERDOWN, NOAUTH...): nothing was
+ * changed. A script that fails while it runs keeps what it did before the
+ * error (Redis does not roll back): the outcome is unknown. */
 static void map_error(struct rreq *rq, const char *msg) {
     if (strncmp(msg, "OOM", 3) == 0) {
         req_fail(rq, DQ_FULL, "Redis is out of memory (maxmemory)");
         return;
     }
     char m[180];
+    bool ran = strncmp(msg, "ERR user_script", 15) == 0 ||
+               strncmp(msg, "ERR Error running script", 24) == 0;
+    if (ran && op_writes(rq->op)) {
+        snprintf(m, sizeof m, "the Redis script failed partway, the change may or "
+                 "may not have been made: %s", msg);
+        req_fail(rq, DQ_TIMEOUT, m);
+        return;
+    }
     snprintf(m, sizeof m, "Redis: %s", msg);
     req_fail(rq, DQ_UNAVAILABLE, m);
 }
 
+/* No reply: the call was not sent (nothing changed), or it was and the
+ * outcome is unknown. */
+static void map_noreply(struct rreq *rq, const char *err, bool sent) {
+    if (sent && op_writes(rq->op)) {
+        char m[180];
+        snprintf(m, sizeof m, "%s; the change may or may not have been made",
+                 err ? err : "no reply from Redis");
+        req_fail(rq, DQ_TIMEOUT, m);
+        return;
+    }
+    req_fail(rq, DQ_UNAVAILABLE, err ? err : "Redis unavailable");
+}
+
 static void on_ready_all(struct dq_store *s);
 
-static void script_cb(void *pd, redisReply *r, const char *err) {
+static void script_cb(void *pd, redisReply *r, const char *err, bool sent) {
     struct scall *sc = pd;
     struct dq_store *s = sc->s;
     const redisReply *res = NULL, *info = NULL;
@@ -1273,10 +1317,16 @@ static void script_cb(void *pd, redisReply *r, const char *err) {
     for (size_t i = 0; i < sc->nu; i++) {
         struct unit *u = sc->units[i];
         struct rreq *rq = u->rq;
-        if (res) unit_result(u, &views[i]);
-        else if (r && r->type == REDIS_REPLY_ERROR) map_error(rq, r->str);
-        else if (r) req_fail(rq, DQ_UNAVAILABLE, "unexpected reply from Redis");
-        else req_fail(rq, DQ_UNAVAILABLE, err ? err : "Redis unavailable");
+        if (res) {
+            unit_result(u, &views[i]);
+            rq->units_ok++;
+        } else if (r && r->type == REDIS_REPLY_ERROR) {
+            map_error(rq, r->str);
+        } else if (r) {
+            map_noreply(rq, "unexpected reply from Redis", true);
+        } else {
+            map_noreply(rq, err, sent);
+        }
         unit_finished(rq); /* may free u */
     }
     if (info && s->cfg.on_ready && !s->closing) {
@@ -1328,7 +1378,7 @@ static void add_retry(struct rreq *rq) {
 
 /* --- GET: a plain HGET, decoded here --------------------------------------- */
 
-static void get_cb(void *pd, redisReply *r, const char *err) {
+static void get_cb(void *pd, redisReply *r, const char *err, bool sent) {
     struct rreq *rq = pd;
     if (!r) {
         req_fail(rq, DQ_UNAVAILABLE, err);
@@ -1456,7 +1506,7 @@ static void resync(struct dq_store *s) {
     sweep_now(s);
 }
 
-static void shards_cb(void *pd, redisReply *r, const char *err) {
+static void shards_cb(void *pd, redisReply *r, const char *err, bool sent) {
     struct dq_store *s = pd;
     s->configuring = false;
     if (s->closing) return;
@@ -1483,7 +1533,7 @@ static void shards_cb(void *pd, redisReply *r, const char *err) {
     resync(s);
 }
 
-static void noop_reply(void *pd, redisReply *r, const char *err) {}
+static void noop_reply(void *pd, redisReply *r, const char *err, bool sent) {}
 
 static void on_up(void *ud) {
     struct dq_store *s = ud;
@@ -1591,7 +1641,7 @@ static void sweep_done(struct rreq *rq) {
     s->count_delta = 0;
 }
 
-static void sweep_members_cb(void *pd, redisReply *r, const char *err) {
+static void sweep_members_cb(void *pd, redisReply *r, const char *err, bool sent) {
     struct dq_store *s = pd;
     if (s->closing) return;
     if (!r || r->type != REDIS_REPLY_ARRAY) {

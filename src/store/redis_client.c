@@ -170,19 +170,21 @@ static void call_unlink(struct rcall *k) {
     n->inflight--;
 }
 
-static void call_finish(struct rcall *k, redisReply *r, const char *err) {
+/* Completes a call and frees it. sent: it was written to Redis (with no
+ * reply: the outcome is unknown). */
+static void call_finish(struct rcall *k, redisReply *r, const char *err, bool sent) {
     rcli_cb *cb = k->cb;
     void *pd = k->pd;
     dq_free(k->cmd);
     dq_free(k);
-    if (cb) cb(pd, r, err);
+    if (cb) cb(pd, r, err, sent);
 }
 
 /* Completes a call that stays in flight: its reply will be ignored. */
 static void call_abandon(struct rcall *k, const char *err) {
     rcli_cb *cb = k->cb;
     k->cb = NULL;
-    if (cb) cb(k->pd, NULL, err);
+    if (cb) cb(k->pd, NULL, err, true);
 }
 
 static void queue_push(struct rconn *n, struct rcall *k) {
@@ -212,7 +214,7 @@ static void queue_fail(struct rconn *n, const char *why) {
     while (n->qhead) {
         struct rcall *k = n->qhead;
         queue_unlink(k);
-        call_finish(k, NULL, why);
+        call_finish(k, NULL, why, false);
     }
 }
 
@@ -276,21 +278,21 @@ static void retry_cb(evutil_socket_t fd, short what, void *arg) {
     conn_connect(arg);
 }
 
-static void noop_cb(void *pd, redisReply *r, const char *err) {}
+static void noop_cb(void *pd, redisReply *r, const char *err, bool sent) {}
 
-static void auth_cb(void *pd, redisReply *r, const char *err) {
+static void auth_cb(void *pd, redisReply *r, const char *err, bool sent) {
     struct rconn *n = pd;
     if (r && r->type == REDIS_REPLY_ERROR)
         log_error("redis %s:%d: AUTH failed: %s", n->host, n->port, r->str);
 }
 
-static void select_cb(void *pd, redisReply *r, const char *err) {
+static void select_cb(void *pd, redisReply *r, const char *err, bool sent) {
     struct rconn *n = pd;
     if (r && r->type == REDIS_REPLY_ERROR)
         log_error("redis %s:%d: SELECT failed: %s", n->host, n->port, r->str);
 }
 
-static void script_load_cb(void *pd, redisReply *r, const char *err) {
+static void script_load_cb(void *pd, redisReply *r, const char *err, bool sent) {
     struct rconn *n = pd;
     struct rcli *c = n->cli;
     if (!r) return;
@@ -437,7 +439,7 @@ static void dispatch(struct rcli *c, struct rcall *k, struct rconn *to,
     struct rconn *n = to ? to : route(c, k->slot);
     if (!n || n->state == C_DOWN || !n->ac) {
         if (c->slots) c->refresh_wanted = true;
-        call_finish(k, NULL, "Redis is not connected");
+        call_finish(k, NULL, "Redis is not connected", false);
         return;
     }
     k->asking = asking;
@@ -475,7 +477,7 @@ static void send_now(struct rcli *c, struct rconn *n, struct rcall *k) {
         a->deadline = k->deadline;
         send_now(c, n, a);
         if (n->state == C_DOWN || !n->ac) {
-            call_finish(k, NULL, "Redis is not connected");
+            call_finish(k, NULL, "Redis is not connected", false);
             return;
         }
     }
@@ -507,7 +509,7 @@ static void send_now(struct rcli *c, struct rconn *n, struct rcall *k) {
     int rc = redisAsyncFormattedCommand(n->ac, reply_cb, k, full, total);
     dq_free(full);
     if (rc != REDIS_OK) {
-        call_finish(k, NULL, "Redis connection is closing");
+        call_finish(k, NULL, "Redis connection is closing", false);
         return;
     }
     n->calls++;
@@ -548,12 +550,12 @@ static void reply_cb(redisAsyncContext *ac, void *reply, void *pd) {
     call_unlink(k);
     if (!r) {
         conn_down(n, ac->errstr[0] ? ac->errstr : "closed");
-        call_finish(k, NULL, "Redis connection lost");
+        call_finish(k, NULL, "Redis connection lost", true);
         return;
     }
     queue_run(n);
     if (!k->cb) { /* abandoned at its deadline */
-        call_finish(k, NULL, NULL);
+        call_finish(k, NULL, NULL, true);
         return;
     }
     if (r->type == REDIS_REPLY_ERROR && k->redirects < MAX_REDIRECTS &&
@@ -581,12 +583,12 @@ static void reply_cb(redisAsyncContext *ac, void *reply, void *pd) {
             }
         }
     }
-    call_finish(k, r, NULL);
+    call_finish(k, r, NULL, true);
 }
 
 /* --- the cluster slot map ----------------------------------------------- */
 
-static void slots_cb(void *pd, redisReply *r, const char *err) {
+static void slots_cb(void *pd, redisReply *r, const char *err, bool sent) {
     struct rcli *c = pd;
     c->refreshing = false;
     if (c->closing) return;
@@ -675,7 +677,7 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg) {
             next = k->next;
             if (now > k->deadline) {
                 queue_unlink(k);
-                call_finish(k, NULL, "Redis did not answer in time");
+                call_finish(k, NULL, "Redis did not answer in time", false);
             }
         }
         for (struct rcall *k = n->head; k; k = k->next)
@@ -777,7 +779,7 @@ void rcli_send(struct rcli *c, int slot, enum rcli_kind kind, int argc,
     struct rcall *k =
         call_new(c, slot, kind, argc, cmd, len, deadline_us, cb, pd);
     if (c->closing) {
-        call_finish(k, NULL, "closing");
+        call_finish(k, NULL, "closing", false);
         return;
     }
     dispatch(c, k, NULL, false);

@@ -211,7 +211,14 @@ def test_outage_redis_hangs(procs):
     assert c.call("ADD", "t", "a", "x") == b"a"
     r.send_signal(signal.SIGSTOP)
     try:
-        _unavailable_within(c, 2.2, "ADD", "t", "b", "x")
+        # sent, no answer: the outcome is unknown, and the error says so (not UNAVAILABLE,
+        # which promises that nothing was changed)
+        t0 = time.monotonic()
+        rep = c.call("ADD", "t", "b", "x")
+        assert isinstance(rep, RespError) and rep.code == "TIMEOUT", rep
+        assert "may or may not" in rep.msg, rep
+        assert time.monotonic() - t0 <= 2.2
+        # reads change nothing: UNAVAILABLE
         _unavailable_within(c, 2.2, "GET", "t", "a")
         # pipelined requests all answer too
         c.send_raw(b"".join(b"*3\r\n$3\r\nGET\r\n$1\r\nt\r\n$1\r\na\r\n" for _ in range(50)))
@@ -225,6 +232,26 @@ def test_outage_redis_hangs(procs):
         r.send_signal(signal.SIGCONT)
     assert wait_until(lambda: isinstance(c.call("GET", "t", "a"), list), 8, 0.1)
     assert pairs(c.call("GET", "t", "a"))["body"] == b"x"
+    # the ADD that timed out did land, as docs/protocol.md says may happen: adding it again
+    # with the same id tells (EXISTS)
+    assert isinstance(c.call("GET", "t", "b"), list)
+    rep = c.call("ADD", "t", "b", "x")
+    assert isinstance(rep, RespError) and rep.code == "EXISTS", rep
+
+
+def test_outage_never_sent_is_unavailable_and_changes_nothing(procs):
+    # Redis is gone: the ADD cannot be sent, the answer is UNAVAILABLE, and once Redis is
+    # back (same data: AOF) the job does not exist
+    r = procs.redis("--appendonly", "yes", "--appendfsync", "always")
+    s = procs.delayqd(url_of(r))
+    c = s.raw(timeout=10)
+    assert c.call("ADD", "t", "a", "x") == b"a"
+    r.stop(signal.SIGKILL)
+    _unavailable_within(c, 2.0, "ADD", "t", "b", "x")
+    _unavailable_within(c, 2.0, "DEL", "t", "a")
+    r.start()
+    assert wait_until(lambda: isinstance(c.call("GET", "t", "a"), list), 8, 0.05)
+    assert c.call("GET", "t", "b") is None
 
 
 def test_aof_always_keeps_every_acknowledged_add_across_kill9(procs):
