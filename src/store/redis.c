@@ -217,6 +217,8 @@ struct dq_store {
     int64_t timer_at;
     struct event *sweep_ev;
     struct event *flush_ev;
+    struct event *wait_ev;  /* fails requests waiting for the store too long */
+    bool cfg_warned;        /* "cannot read <prefix>:shards" logged */
     uint64_t sweeps;
     bool sweeping;
     /* requests */
@@ -244,6 +246,7 @@ static int64_t now_ms(struct dq_store *s) {
 }
 
 static void submit(struct rreq *rq);
+static void wait_arm(struct dq_store *s);
 static void outbox_units(struct dq_store *s, struct rreq *rq);
 static void flush_cb(evutil_socket_t fd, short what, void *arg);
 static void arm_timer(struct dq_store *s);
@@ -1432,10 +1435,13 @@ static void submit(struct rreq *rq) {
         return;
     }
     if (!s->configured) {
+        /* answered when the store is ready, or UNAVAILABLE at its deadline
+         * (the list is in deadline order: every request has the same wait) */
         rq->next = NULL;
         if (s->wait_tail) s->wait_tail->next = rq;
         else s->wait_head = rq;
         s->wait_tail = rq;
+        if (s->wait_head == rq) wait_arm(s);
         return;
     }
     if (rq->op == OP_ADD) {
@@ -1469,6 +1475,32 @@ static void submit(struct rreq *rq) {
     outbox_units(s, rq);
 }
 
+/* Arms the wait timer for the first waiting request's deadline. */
+static void wait_arm(struct dq_store *s) {
+    if (!s->wait_head || s->closing) return;
+    int64_t us = s->wait_head->deadline - rcli_now_us();
+    if (us < 0) us = 0;
+    struct timeval tv = {us / 1000000, us % 1000000};
+    evtimer_add(s->wait_ev, &tv);
+}
+
+/* Requests that waited for the store to be ready until their deadline:
+ * UNAVAILABLE (they were never sent). */
+static void wait_cb(evutil_socket_t fd, short what, void *arg) {
+    struct dq_store *s = arg;
+    int64_t now = rcli_now_us();
+    char why[160];
+    rcli_status(s->cli, why, sizeof why);
+    while (s->wait_head && s->wait_head->deadline <= now) {
+        struct rreq *rq = s->wait_head;
+        s->wait_head = rq->next;
+        if (!s->wait_head) s->wait_tail = NULL;
+        req_fail(rq, DQ_UNAVAILABLE, why);
+        req_complete(rq);
+    }
+    wait_arm(s);
+}
+
 /* Copies the strings of a request into one allocation. */
 static char *req_copy(struct rreq *rq, const struct dq_str *in, struct dq_str *out,
                       size_t n, size_t extra) {
@@ -1490,6 +1522,7 @@ static char *req_copy(struct rreq *rq, const struct dq_str *in, struct dq_str *o
 static void release_waiting(struct dq_store *s) {
     struct rreq *rq = s->wait_head;
     s->wait_head = s->wait_tail = NULL;
+    evtimer_del(s->wait_ev);
     while (rq) {
         struct rreq *next = rq->next;
         submit(rq);
@@ -1498,6 +1531,7 @@ static void release_waiting(struct dq_store *s) {
 }
 
 static void sweep_now(struct dq_store *s);
+static void on_up(void *ud);
 
 /* Everything this instance knows may be stale: wake the blocked RESERVEs
  * and carry every shard. */
@@ -1511,9 +1545,13 @@ static void shards_cb(void *pd, redisReply *r, const char *err, bool sent) {
     s->configuring = false;
     if (s->closing) return;
     if (!r || r->type == REDIS_REPLY_ERROR) {
-        log_warn("redis: cannot read %s: %s", s->cfgkey, r ? r->str : err);
-        return; /* the next on_up tries again */
+        if (!s->cfg_warned) /* once until it works; the sweep timer retries */
+            log_warn("redis: cannot read %s: %s (retrying)", s->cfgkey,
+                     r ? r->str : err);
+        s->cfg_warned = true;
+        return;
     }
+    s->cfg_warned = false;
     unsigned want = s->K;
     if (r->type == REDIS_REPLY_STRING) {
         long k = strtol(r->str, NULL, 10);
@@ -1680,7 +1718,12 @@ static void sweep_now(struct dq_store *s) {
 }
 
 static void sweep_cb(evutil_socket_t fd, short what, void *arg) {
-    sweep_now(arg);
+    struct dq_store *s = arg;
+    if (!s->configured) { /* Redis was not ready: try again */
+        if (rcli_ready(s->cli)) on_up(s);
+        return;
+    }
+    sweep_now(s);
 }
 
 static void on_ready_all(struct dq_store *s) {
@@ -1733,12 +1776,14 @@ static int redis_open(struct dq_store **out, const struct dq_store_config *cfg,
     s->timer_ev = evtimer_new(cfg->base, timer_cb, s);
     s->sweep_ev = event_new(cfg->base, -1, EV_PERSIST, sweep_cb, s);
     s->flush_ev = event_new(cfg->base, -1, 0, flush_cb, s);
+    s->wait_ev = evtimer_new(cfg->base, wait_cb, s);
     struct rcli_config cc = {
         .base = cfg->base, .url = &s->url, .script = asset_store_lua_delayq_lua,
         .channel = s->chan, .on_message = on_message, .on_up = on_up, .ud = s,
     };
-    if (!s->timer_ev || !s->sweep_ev || !s->flush_ev ||
+    if (!s->timer_ev || !s->sweep_ev || !s->flush_ev || !s->wait_ev ||
         !(s->cli = rcli_new(&cc, err, errlen))) {
+        if (s->wait_ev) event_free(s->wait_ev);
         if (s->timer_ev) event_free(s->timer_ev);
         if (s->sweep_ev) event_free(s->sweep_ev);
         if (s->flush_ev) event_free(s->flush_ev);
@@ -1770,6 +1815,7 @@ static void redis_close(struct dq_store *s) {
     flush_cb(-1, 0, s);
     s->closing = true;
     evtimer_del(s->timer_ev);
+    evtimer_del(s->wait_ev);
     event_del(s->sweep_ev);
     rcli_free(s->cli, DRAIN_MS);
     s->cli = NULL;
@@ -1789,6 +1835,7 @@ static void redis_close(struct dq_store *s) {
     event_free(s->timer_ev);
     event_free(s->sweep_ev);
     event_free(s->flush_ev);
+    event_free(s->wait_ev);
     htab_foreach(&s->topics, topic_free, s);
     htab_destroy(&s->topics);
     dq_free(s->heap);

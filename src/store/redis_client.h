@@ -79,6 +79,10 @@ void rcli_send(struct rcli *c, int slot, enum rcli_kind kind, int argc,
                char *cmd, size_t len, int64_t deadline_us, rcli_cb *cb,
                void *pd);
 
+/* Writes into out[0..cap) why Redis cannot serve calls now (not reachable,
+ * no slots assigned, slots missing...), for error messages. */
+void rcli_status(const struct rcli *c, char *out, size_t cap);
+
 /* True when calls can be expected to succeed (see on_up). */
 bool rcli_ready(const struct rcli *c);
 

@@ -76,13 +76,19 @@ def procs(tmp_path):
             self.redises.append(r)
             return r.start()
 
-        def cluster(self, n=3):
-            nodes = [self.redis("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-                                "--cluster-node-timeout", "5000", name="node%d" % i)
-                     for i in range(n)]
+        def cluster_nodes(self, n=3, *args, timeout_ms=5000):
+            """n cluster-enabled nodes that know nothing of each other (no slots)."""
+            first = len(self.redises)
+            return [self.redis("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                               "--cluster-node-timeout", str(timeout_ms), *args,
+                               name="node%d" % (first + i))
+                    for i in range(n)]
+
+        def cluster(self, n=3, replicas=0, *args, timeout_ms=5000):
+            nodes = self.cluster_nodes(n * (1 + replicas), *args, timeout_ms=timeout_ms)
             addrs = ["127.0.0.1:%d" % r.port for r in nodes]
             p = subprocess.run([REDIS_CLI, "--cluster", "create"] + addrs +
-                               ["--cluster-replicas", "0", "--cluster-yes"],
+                               ["--cluster-replicas", str(replicas), "--cluster-yes"],
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
             assert p.returncode == 0, p.stdout.decode(errors="replace")
 
@@ -96,10 +102,12 @@ def procs(tmp_path):
             assert wait_until(ok, 20, 0.1), "cluster never became ok"
             return nodes
 
-        def delayqd(self, url, *flags):
+        def delayqd(self, url, *flags, ready=True):
             s = Server(tmp_path / ("srv%d" % len(self.servers)), store_url=url, extra=flags)
             self.servers.append(s)
             s.start()
+            if not ready:
+                return s
             # the store answers once it has read its configuration from Redis
             c = s.raw()
             assert wait_until(lambda: not isinstance(c.call("STATS"), RespError), 5, 0.02)
