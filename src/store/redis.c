@@ -47,6 +47,7 @@
 #define CALL_TIMEOUT_US 1800000  /* every request answers within 2 s */
 #define MAX_CALL_REQS 128        /* requests per script call */
 #define MAX_CALL_BYTES (1 << 20) /* argument bytes per script call */
+#define MAX_CALL_JOBS 2000       /* jobs to reserve per script call */
 #define MAX_UNIT_GROUPS 64       /* groups per unit (standalone) */
 #define SWEEP_MS 900
 #define DRAIN_MS 2000
@@ -70,6 +71,16 @@ static const struct {
     [OP_PURGE] = {"purge", false},   [OP_STATS] = {"stats", false},
     [OP_TOPICS] = {"carry", false},  [OP_CARRY] = {"carry", false},
 };
+
+/* Whether an op changes jobs: when one of its calls was sent and not
+ * answered, the change may have been made (TIMEOUT, not UNAVAILABLE).
+ * RESERVE counts as a read: jobs a lost reply may have reserved come back
+ * when their lease ends, as for a consumer that died, so the client (and a
+ * blocked RESERVE, which keeps waiting on UNAVAILABLE) can simply go on. */
+static bool op_writes(enum op op) {
+    return op != OP_GET && op != OP_LIST && op != OP_STATS && op != OP_TOPICS &&
+           op != OP_CARRY && op != OP_RESERVE;
+}
 
 /* Script result codes. */
 enum { SR_OK = 0, SR_EXISTS = 1, SR_BUSY = 2, SR_NOTRESERVED = 3, SR_TAKEN = 4 };
@@ -149,6 +160,7 @@ struct rreq {
     size_t *gcnt;           /* del/ack: ids per group */
     struct unit *units;
     size_t nunits, next_unit, pending;
+    size_t units_ok;        /* units whose calls were answered */
     int phase;              /* topics / all-stats: 0 = registry first */
     /* results */
     int status;
@@ -174,6 +186,7 @@ struct builder {
     size_t nu, ucap;
     struct buf reqs;
     size_t nargs;
+    uint64_t njobs;           /* jobs its reserves may take */
 };
 
 struct scall { /* a script call in flight */
@@ -204,6 +217,8 @@ struct dq_store {
     int64_t timer_at;
     struct event *sweep_ev;
     struct event *flush_ev;
+    struct event *wait_ev;  /* fails requests waiting for the store too long */
+    bool cfg_warned;        /* "cannot read <prefix>:shards" logged */
     uint64_t sweeps;
     bool sweeping;
     /* requests */
@@ -231,6 +246,7 @@ static int64_t now_ms(struct dq_store *s) {
 }
 
 static void submit(struct rreq *rq);
+static void wait_arm(struct dq_store *s);
 static void outbox_units(struct dq_store *s, struct rreq *rq);
 static void flush_cb(evutil_socket_t fd, short what, void *arg);
 static void arm_timer(struct dq_store *s);
@@ -666,7 +682,7 @@ static int plan(struct rreq *rq) {
 
 /* --- registry ------------------------------------------------------------ */
 
-static void members_cb(void *pd, redisReply *r, const char *err);
+static void members_cb(void *pd, redisReply *r, const char *err, bool sent);
 
 /* Phase 0 of TOPICS and STATS without a topic: learn the registry. */
 static void registry_fetch(struct rreq *rq) {
@@ -687,7 +703,7 @@ static void registry_learn(struct dq_store *s, redisReply *r) {
     }
 }
 
-static void members_cb(void *pd, redisReply *r, const char *err) {
+static void members_cb(void *pd, redisReply *r, const char *err, bool sent) {
     struct rreq *rq = pd;
     struct dq_store *s = rq->s;
     if (!r || r->type != REDIS_REPLY_ARRAY) {
@@ -705,7 +721,7 @@ static void members_cb(void *pd, redisReply *r, const char *err) {
     outbox_units(s, rq);
 }
 
-static void sadd_cb(void *pd, redisReply *r, const char *err) {
+static void sadd_cb(void *pd, redisReply *r, const char *err, bool sent) {
     struct rtopic *t = pd;
     t->registering = false;
     if (r && r->type == REDIS_REPLY_INTEGER) t->registered = true;
@@ -871,6 +887,7 @@ static void builder_add(struct dq_store *s, struct builder *b, struct unit *u,
     arg_int(&b->reqs, (int64_t)na);
     buf_append(&b->reqs, s->scratch.p, s->scratch.len);
     b->nargs += 3 + u->ng + na;
+    if (rq->op == OP_RESERVE) b->njobs += rq->count;
     if (b->nu == b->ucap) {
         b->ucap = b->ucap ? b->ucap * 2 : 16;
         b->units = xrealloc(b->units, b->ucap * sizeof *b->units);
@@ -878,7 +895,7 @@ static void builder_add(struct dq_store *s, struct builder *b, struct unit *u,
     b->units[b->nu++] = u;
 }
 
-static void script_cb(void *pd, redisReply *r, const char *err);
+static void script_cb(void *pd, redisReply *r, const char *err, bool sent);
 
 /* Sends the builder's call and resets it. */
 static void builder_send(struct dq_store *s, struct builder *b, int64_t now) {
@@ -930,6 +947,7 @@ static void builder_send(struct dq_store *s, struct builder *b, int64_t now) {
     b->nu = b->ucap = 0;
     b->reqs.len = 0;
     b->nargs = 0;
+    b->njobs = 0;
     b->stamp = ++s->bstamp;
     rcli_send(s->cli, slot, RCLI_SCRIPT, argc, out.p, out.len, deadline,
               script_cb, sc);
@@ -947,6 +965,13 @@ static void builder_destroy(struct builder *b) {
     buf_free(&b->reqs);
 }
 
+/* A call is as big as it should get: it is sent once it holds this much, so
+ * one script call stays short (other clients wait while it runs). */
+static bool builder_full(const struct builder *b) {
+    return b->nu >= MAX_CALL_REQS || b->reqs.len >= MAX_CALL_BYTES ||
+           b->njobs >= MAX_CALL_JOBS;
+}
+
 /* Turns the outbox into script calls: one per node (standalone) or slot
  * (cluster), split when a call grows past MAX_CALL_REQS/BYTES. */
 static void flush_outbox(struct dq_store *s) {
@@ -959,8 +984,7 @@ static void flush_outbox(struct dq_store *s) {
         builder_init(s, &b, -1);
         for (; u; u = u->next) {
             builder_add(s, &b, u, now);
-            if (b.nu >= MAX_CALL_REQS || b.reqs.len >= MAX_CALL_BYTES)
-                builder_send(s, &b, now);
+            if (builder_full(&b)) builder_send(s, &b, now);
         }
         builder_send(s, &b, now);
         builder_destroy(&b);
@@ -982,8 +1006,7 @@ static void flush_outbox(struct dq_store *s) {
             builder_init(s, &bs[nb++], slot);
         }
         builder_add(s, &bs[i], u, now);
-        if (bs[i].nu >= MAX_CALL_REQS || bs[i].reqs.len >= MAX_CALL_BYTES)
-            builder_send(s, &bs[i], now);
+        if (builder_full(&bs[i])) builder_send(s, &bs[i], now);
     }
     for (size_t i = 0; i < nb; i++) {
         s->slot_b[bs[i].slot] = 0;
@@ -1189,6 +1212,13 @@ static void unit_finished(struct rreq *rq) {
         outbox_units(s, rq);
         return;
     }
+    if (rq->status == DQ_UNAVAILABLE && rq->units_ok > 0 && op_writes(rq->op)) {
+        /* some of its calls made their changes, the others did not */
+        char m[sizeof rq->errbuf + 16];
+        snprintf(m, sizeof m, "partly done: %s", rq->errbuf);
+        rq->status = DQ_OK;
+        req_fail(rq, DQ_TIMEOUT, m);
+    }
     if (rq->op == OP_TOPICS && rq->status == DQ_OK) {
         /* topics whose shards hold jobs */
         for (size_t i = 0; i < rq->ngs;) {
@@ -1203,19 +1233,45 @@ static void unit_finished(struct rreq *rq) {
     req_complete(rq);
 }
 
+/* An error reply. Redis refuses a command before running it for most
+ * errors (OOM under maxmemory thanks to the script's shebang, CLUSTERDOWN,
+ * TRYAGAIN, READONLY, LOADING, BUSY, MASTERDOWN, NOAUTH...): nothing was
+ * changed. A script that fails while it runs keeps what it did before the
+ * error (Redis does not roll back): the outcome is unknown. */
 static void map_error(struct rreq *rq, const char *msg) {
     if (strncmp(msg, "OOM", 3) == 0) {
         req_fail(rq, DQ_FULL, "Redis is out of memory (maxmemory)");
         return;
     }
     char m[180];
+    bool ran = strncmp(msg, "ERR user_script", 15) == 0 ||
+               strncmp(msg, "ERR Error running script", 24) == 0;
+    if (ran && op_writes(rq->op)) {
+        snprintf(m, sizeof m, "the Redis script failed partway, the change may or "
+                 "may not have been made: %s", msg);
+        req_fail(rq, DQ_TIMEOUT, m);
+        return;
+    }
     snprintf(m, sizeof m, "Redis: %s", msg);
     req_fail(rq, DQ_UNAVAILABLE, m);
 }
 
+/* No reply: the call was not sent (nothing changed), or it was and the
+ * outcome is unknown. */
+static void map_noreply(struct rreq *rq, const char *err, bool sent) {
+    if (sent && op_writes(rq->op)) {
+        char m[180];
+        snprintf(m, sizeof m, "%s; the change may or may not have been made",
+                 err ? err : "no reply from Redis");
+        req_fail(rq, DQ_TIMEOUT, m);
+        return;
+    }
+    req_fail(rq, DQ_UNAVAILABLE, err ? err : "Redis unavailable");
+}
+
 static void on_ready_all(struct dq_store *s);
 
-static void script_cb(void *pd, redisReply *r, const char *err) {
+static void script_cb(void *pd, redisReply *r, const char *err, bool sent) {
     struct scall *sc = pd;
     struct dq_store *s = sc->s;
     const redisReply *res = NULL, *info = NULL;
@@ -1264,10 +1320,16 @@ static void script_cb(void *pd, redisReply *r, const char *err) {
     for (size_t i = 0; i < sc->nu; i++) {
         struct unit *u = sc->units[i];
         struct rreq *rq = u->rq;
-        if (res) unit_result(u, &views[i]);
-        else if (r && r->type == REDIS_REPLY_ERROR) map_error(rq, r->str);
-        else if (r) req_fail(rq, DQ_UNAVAILABLE, "unexpected reply from Redis");
-        else req_fail(rq, DQ_UNAVAILABLE, err ? err : "Redis unavailable");
+        if (res) {
+            unit_result(u, &views[i]);
+            rq->units_ok++;
+        } else if (r && r->type == REDIS_REPLY_ERROR) {
+            map_error(rq, r->str);
+        } else if (r) {
+            map_noreply(rq, "unexpected reply from Redis", true);
+        } else {
+            map_noreply(rq, err, sent);
+        }
         unit_finished(rq); /* may free u */
     }
     if (info && s->cfg.on_ready && !s->closing) {
@@ -1319,7 +1381,7 @@ static void add_retry(struct rreq *rq) {
 
 /* --- GET: a plain HGET, decoded here --------------------------------------- */
 
-static void get_cb(void *pd, redisReply *r, const char *err) {
+static void get_cb(void *pd, redisReply *r, const char *err, bool sent) {
     struct rreq *rq = pd;
     if (!r) {
         req_fail(rq, DQ_UNAVAILABLE, err);
@@ -1373,10 +1435,13 @@ static void submit(struct rreq *rq) {
         return;
     }
     if (!s->configured) {
+        /* answered when the store is ready, or UNAVAILABLE at its deadline
+         * (the list is in deadline order: every request has the same wait) */
         rq->next = NULL;
         if (s->wait_tail) s->wait_tail->next = rq;
         else s->wait_head = rq;
         s->wait_tail = rq;
+        if (s->wait_head == rq) wait_arm(s);
         return;
     }
     if (rq->op == OP_ADD) {
@@ -1410,6 +1475,32 @@ static void submit(struct rreq *rq) {
     outbox_units(s, rq);
 }
 
+/* Arms the wait timer for the first waiting request's deadline. */
+static void wait_arm(struct dq_store *s) {
+    if (!s->wait_head || s->closing) return;
+    int64_t us = s->wait_head->deadline - rcli_now_us();
+    if (us < 0) us = 0;
+    struct timeval tv = {us / 1000000, us % 1000000};
+    evtimer_add(s->wait_ev, &tv);
+}
+
+/* Requests that waited for the store to be ready until their deadline:
+ * UNAVAILABLE (they were never sent). */
+static void wait_cb(evutil_socket_t fd, short what, void *arg) {
+    struct dq_store *s = arg;
+    int64_t now = rcli_now_us();
+    char why[160];
+    rcli_status(s->cli, why, sizeof why);
+    while (s->wait_head && s->wait_head->deadline <= now) {
+        struct rreq *rq = s->wait_head;
+        s->wait_head = rq->next;
+        if (!s->wait_head) s->wait_tail = NULL;
+        req_fail(rq, DQ_UNAVAILABLE, why);
+        req_complete(rq);
+    }
+    wait_arm(s);
+}
+
 /* Copies the strings of a request into one allocation. */
 static char *req_copy(struct rreq *rq, const struct dq_str *in, struct dq_str *out,
                       size_t n, size_t extra) {
@@ -1431,6 +1522,7 @@ static char *req_copy(struct rreq *rq, const struct dq_str *in, struct dq_str *o
 static void release_waiting(struct dq_store *s) {
     struct rreq *rq = s->wait_head;
     s->wait_head = s->wait_tail = NULL;
+    evtimer_del(s->wait_ev);
     while (rq) {
         struct rreq *next = rq->next;
         submit(rq);
@@ -1439,6 +1531,7 @@ static void release_waiting(struct dq_store *s) {
 }
 
 static void sweep_now(struct dq_store *s);
+static void on_up(void *ud);
 
 /* Everything this instance knows may be stale: wake the blocked RESERVEs
  * and carry every shard. */
@@ -1447,14 +1540,18 @@ static void resync(struct dq_store *s) {
     sweep_now(s);
 }
 
-static void shards_cb(void *pd, redisReply *r, const char *err) {
+static void shards_cb(void *pd, redisReply *r, const char *err, bool sent) {
     struct dq_store *s = pd;
     s->configuring = false;
     if (s->closing) return;
     if (!r || r->type == REDIS_REPLY_ERROR) {
-        log_warn("redis: cannot read %s: %s", s->cfgkey, r ? r->str : err);
-        return; /* the next on_up tries again */
+        if (!s->cfg_warned) /* once until it works; the sweep timer retries */
+            log_warn("redis: cannot read %s: %s (retrying)", s->cfgkey,
+                     r ? r->str : err);
+        s->cfg_warned = true;
+        return;
     }
+    s->cfg_warned = false;
     unsigned want = s->K;
     if (r->type == REDIS_REPLY_STRING) {
         long k = strtol(r->str, NULL, 10);
@@ -1474,7 +1571,7 @@ static void shards_cb(void *pd, redisReply *r, const char *err) {
     resync(s);
 }
 
-static void noop_reply(void *pd, redisReply *r, const char *err) {}
+static void noop_reply(void *pd, redisReply *r, const char *err, bool sent) {}
 
 static void on_up(void *ud) {
     struct dq_store *s = ud;
@@ -1582,7 +1679,7 @@ static void sweep_done(struct rreq *rq) {
     s->count_delta = 0;
 }
 
-static void sweep_members_cb(void *pd, redisReply *r, const char *err) {
+static void sweep_members_cb(void *pd, redisReply *r, const char *err, bool sent) {
     struct dq_store *s = pd;
     if (s->closing) return;
     if (!r || r->type != REDIS_REPLY_ARRAY) {
@@ -1621,7 +1718,12 @@ static void sweep_now(struct dq_store *s) {
 }
 
 static void sweep_cb(evutil_socket_t fd, short what, void *arg) {
-    sweep_now(arg);
+    struct dq_store *s = arg;
+    if (!s->configured) { /* Redis was not ready: try again */
+        if (rcli_ready(s->cli)) on_up(s);
+        return;
+    }
+    sweep_now(s);
 }
 
 static void on_ready_all(struct dq_store *s) {
@@ -1674,12 +1776,14 @@ static int redis_open(struct dq_store **out, const struct dq_store_config *cfg,
     s->timer_ev = evtimer_new(cfg->base, timer_cb, s);
     s->sweep_ev = event_new(cfg->base, -1, EV_PERSIST, sweep_cb, s);
     s->flush_ev = event_new(cfg->base, -1, 0, flush_cb, s);
+    s->wait_ev = evtimer_new(cfg->base, wait_cb, s);
     struct rcli_config cc = {
-        .base = cfg->base, .url = &s->url, .script = redis_lua_source,
+        .base = cfg->base, .url = &s->url, .script = asset_store_lua_delayq_lua,
         .channel = s->chan, .on_message = on_message, .on_up = on_up, .ud = s,
     };
-    if (!s->timer_ev || !s->sweep_ev || !s->flush_ev ||
+    if (!s->timer_ev || !s->sweep_ev || !s->flush_ev || !s->wait_ev ||
         !(s->cli = rcli_new(&cc, err, errlen))) {
+        if (s->wait_ev) event_free(s->wait_ev);
         if (s->timer_ev) event_free(s->timer_ev);
         if (s->sweep_ev) event_free(s->sweep_ev);
         if (s->flush_ev) event_free(s->flush_ev);
@@ -1711,6 +1815,7 @@ static void redis_close(struct dq_store *s) {
     flush_cb(-1, 0, s);
     s->closing = true;
     evtimer_del(s->timer_ev);
+    evtimer_del(s->wait_ev);
     event_del(s->sweep_ev);
     rcli_free(s->cli, DRAIN_MS);
     s->cli = NULL;
@@ -1730,6 +1835,7 @@ static void redis_close(struct dq_store *s) {
     event_free(s->timer_ev);
     event_free(s->sweep_ev);
     event_free(s->flush_ev);
+    event_free(s->wait_ev);
     htab_foreach(&s->topics, topic_free, s);
     htab_destroy(&s->topics);
     dq_free(s->heap);

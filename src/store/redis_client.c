@@ -18,6 +18,7 @@
 #include <hiredis/hiredis.h>
 #include <inttypes.h>
 #include <poll.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,8 +42,20 @@
 #define MAX_INFLIGHT 64           /* calls in flight per connection */
 #define STUCK_US 3000000          /* no reply for this long: reconnect */
 #define REFRESH_EVERY_US 10000000 /* slot map refresh without a MOVED */
+#define REFRESH_MIN_US 250000     /* at most 4 refreshes a second */
+#define PARTIAL_REFRESH_US 1000000 /* while slots are missing: every second */
+#define WARN_SUMMARY_US 30000000  /* a repeated warning: once per 30 s */
 
 enum cstate { C_DOWN, C_CONNECTING, C_UP };
+
+/* A warning that may repeat for as long as a state lasts (no slots, a
+ * failing CLUSTER SLOTS): logged when it changes, then summed up once per
+ * WARN_SUMMARY_US. */
+struct rwarn {
+    char last[200];
+    int64_t at;
+    uint64_t repeats;
+};
 
 struct rconn;
 
@@ -104,12 +117,46 @@ struct rcli {
     bool refresh_wanted;
     int64_t last_refresh;
     unsigned masters;
+    size_t covered;        /* slots the map covers */
+    struct rwarn mapwarn;  /* about the slot map */
+    char why[200];         /* why calls cannot be served, for errors */
 };
 
 int64_t rcli_now_us(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static __attribute__((format(printf, 3, 4))) void
+rwarn(struct rwarn *w, int64_t now, const char *fmt, ...) {
+    char m[sizeof w->last];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(m, sizeof m, fmt, ap);
+    va_end(ap);
+    if (strcmp(m, w->last) != 0) {
+        if (w->repeats) log_warn("%s (%" PRIu64 " more times)", w->last, w->repeats);
+        log_warn("%s", m);
+        memcpy(w->last, m, sizeof m);
+        w->at = now;
+        w->repeats = 0;
+        return;
+    }
+    w->repeats++;
+    if (now - w->at >= WARN_SUMMARY_US) {
+        log_warn("%s (%" PRIu64 " times in the last %d s)", m, w->repeats,
+                 (int)((now - w->at) / 1000000));
+        w->at = now;
+        w->repeats = 0;
+    }
+}
+
+/* The warned state is over. */
+static void rwarn_clear(struct rwarn *w) {
+    if (w->repeats) log_warn("%s (%" PRIu64 " more times)", w->last, w->repeats);
+    w->last[0] = '\0';
+    w->repeats = 0;
 }
 
 static void conn_connect(struct rconn *n);
@@ -170,19 +217,21 @@ static void call_unlink(struct rcall *k) {
     n->inflight--;
 }
 
-static void call_finish(struct rcall *k, redisReply *r, const char *err) {
+/* Completes a call and frees it. sent: it was written to Redis (with no
+ * reply: the outcome is unknown). */
+static void call_finish(struct rcall *k, redisReply *r, const char *err, bool sent) {
     rcli_cb *cb = k->cb;
     void *pd = k->pd;
     dq_free(k->cmd);
     dq_free(k);
-    if (cb) cb(pd, r, err);
+    if (cb) cb(pd, r, err, sent);
 }
 
 /* Completes a call that stays in flight: its reply will be ignored. */
 static void call_abandon(struct rcall *k, const char *err) {
     rcli_cb *cb = k->cb;
     k->cb = NULL;
-    if (cb) cb(k->pd, NULL, err);
+    if (cb) cb(k->pd, NULL, err, true);
 }
 
 static void queue_push(struct rconn *n, struct rcall *k) {
@@ -212,7 +261,7 @@ static void queue_fail(struct rconn *n, const char *why) {
     while (n->qhead) {
         struct rcall *k = n->qhead;
         queue_unlink(k);
-        call_finish(k, NULL, why);
+        call_finish(k, NULL, why, false);
     }
 }
 
@@ -276,21 +325,21 @@ static void retry_cb(evutil_socket_t fd, short what, void *arg) {
     conn_connect(arg);
 }
 
-static void noop_cb(void *pd, redisReply *r, const char *err) {}
+static void noop_cb(void *pd, redisReply *r, const char *err, bool sent) {}
 
-static void auth_cb(void *pd, redisReply *r, const char *err) {
+static void auth_cb(void *pd, redisReply *r, const char *err, bool sent) {
     struct rconn *n = pd;
     if (r && r->type == REDIS_REPLY_ERROR)
         log_error("redis %s:%d: AUTH failed: %s", n->host, n->port, r->str);
 }
 
-static void select_cb(void *pd, redisReply *r, const char *err) {
+static void select_cb(void *pd, redisReply *r, const char *err, bool sent) {
     struct rconn *n = pd;
     if (r && r->type == REDIS_REPLY_ERROR)
         log_error("redis %s:%d: SELECT failed: %s", n->host, n->port, r->str);
 }
 
-static void script_load_cb(void *pd, redisReply *r, const char *err) {
+static void script_load_cb(void *pd, redisReply *r, const char *err, bool sent) {
     struct rconn *n = pd;
     struct rcli *c = n->cli;
     if (!r) return;
@@ -437,7 +486,7 @@ static void dispatch(struct rcli *c, struct rcall *k, struct rconn *to,
     struct rconn *n = to ? to : route(c, k->slot);
     if (!n || n->state == C_DOWN || !n->ac) {
         if (c->slots) c->refresh_wanted = true;
-        call_finish(k, NULL, "Redis is not connected");
+        call_finish(k, NULL, "Redis is not connected", false);
         return;
     }
     k->asking = asking;
@@ -475,7 +524,7 @@ static void send_now(struct rcli *c, struct rconn *n, struct rcall *k) {
         a->deadline = k->deadline;
         send_now(c, n, a);
         if (n->state == C_DOWN || !n->ac) {
-            call_finish(k, NULL, "Redis is not connected");
+            call_finish(k, NULL, "Redis is not connected", false);
             return;
         }
     }
@@ -507,7 +556,7 @@ static void send_now(struct rcli *c, struct rconn *n, struct rcall *k) {
     int rc = redisAsyncFormattedCommand(n->ac, reply_cb, k, full, total);
     dq_free(full);
     if (rc != REDIS_OK) {
-        call_finish(k, NULL, "Redis connection is closing");
+        call_finish(k, NULL, "Redis connection is closing", false);
         return;
     }
     n->calls++;
@@ -548,12 +597,12 @@ static void reply_cb(redisAsyncContext *ac, void *reply, void *pd) {
     call_unlink(k);
     if (!r) {
         conn_down(n, ac->errstr[0] ? ac->errstr : "closed");
-        call_finish(k, NULL, "Redis connection lost");
+        call_finish(k, NULL, "Redis connection lost", true);
         return;
     }
     queue_run(n);
     if (!k->cb) { /* abandoned at its deadline */
-        call_finish(k, NULL, NULL);
+        call_finish(k, NULL, NULL, true);
         return;
     }
     if (r->type == REDIS_REPLY_ERROR && k->redirects < MAX_REDIRECTS &&
@@ -581,19 +630,25 @@ static void reply_cb(redisAsyncContext *ac, void *reply, void *pd) {
             }
         }
     }
-    call_finish(k, r, NULL);
+    if (r->type == REDIS_REPLY_ERROR && c->slots &&
+        (strncmp(r->str, "CLUSTERDOWN", 11) == 0 || strncmp(r->str, "TRYAGAIN", 8) == 0))
+        c->refresh_wanted = true; /* a failover or a reshard under way */
+    call_finish(k, r, NULL, true);
 }
 
 /* --- the cluster slot map ----------------------------------------------- */
 
-static void slots_cb(void *pd, redisReply *r, const char *err) {
+static void slots_cb(void *pd, redisReply *r, const char *err, bool sent) {
     struct rcli *c = pd;
     c->refreshing = false;
     if (c->closing) return;
     if (!r || r->type != REDIS_REPLY_ARRAY) {
         c->refresh_wanted = true;
-        if (r) log_warn("redis cluster: CLUSTER SLOTS failed: %s",
-                        r->type == REDIS_REPLY_ERROR ? r->str : "bad reply");
+        if (r) {
+            snprintf(c->why, sizeof c->why, "Redis Cluster: CLUSTER SLOTS failed: %s",
+                     r->type == REDIS_REPLY_ERROR ? r->str : "bad reply");
+            rwarn(&c->mapwarn, rcli_now_us(), "redis cluster: %s", c->why);
+        }
         return;
     }
     static struct rconn *next[REDIS_SLOTS];
@@ -618,9 +673,19 @@ static void slots_cb(void *pd, redisReply *r, const char *err) {
         covered += (size_t)(hi - lo + 1);
     }
     if (covered == 0) {
-        log_warn("redis cluster: CLUSTER SLOTS returned no slots");
+        snprintf(c->why, sizeof c->why, "the Redis Cluster has no slots assigned "
+                 "(not created yet?)");
+        rwarn(&c->mapwarn, rcli_now_us(), "redis cluster: %s", c->why);
         c->refresh_wanted = true;
         return;
+    }
+    if (covered < REDIS_SLOTS) {
+        snprintf(c->why, sizeof c->why, "the Redis Cluster serves %zu of %d slots",
+                 covered, REDIS_SLOTS);
+        rwarn(&c->mapwarn, rcli_now_us(), "redis cluster: %s", c->why);
+    } else {
+        rwarn_clear(&c->mapwarn);
+        c->why[0] = '\0';
     }
     unsigned masters = 0;
     for (struct rconn *n = c->conns; n; n = n->next)
@@ -630,13 +695,14 @@ static void slots_cb(void *pd, redisReply *r, const char *err) {
                 break;
             }
     bool first = !c->map_loaded;
-    memcpy(c->slots, next, sizeof next);
-    c->masters = masters;
-    c->map_loaded = true;
-    c->refresh_wanted = false;
-    if (first)
+    if (first || masters != c->masters || covered != c->covered)
         log_info("redis cluster: %u masters, %zu of %d slots covered", masters,
                  covered, REDIS_SLOTS);
+    memcpy(c->slots, next, sizeof next);
+    c->masters = masters;
+    c->covered = covered;
+    c->map_loaded = true;
+    c->refresh_wanted = false;
     if (first && c->cfg.on_up) c->cfg.on_up(c->cfg.ud);
 }
 
@@ -675,7 +741,7 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg) {
             next = k->next;
             if (now > k->deadline) {
                 queue_unlink(k);
-                call_finish(k, NULL, "Redis did not answer in time");
+                call_finish(k, NULL, "Redis did not answer in time", false);
             }
         }
         for (struct rcall *k = n->head; k; k = k->next)
@@ -684,8 +750,11 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg) {
     }
     if (c->sub && c->sub->state == C_CONNECTING && now > c->sub->connect_deadline)
         conn_kill(c->sub, "connect timeout");
+    int64_t since = now - c->last_refresh;
     if (c->slots && !c->refreshing &&
-        (c->refresh_wanted || now - c->last_refresh > REFRESH_EVERY_US))
+        ((c->refresh_wanted && since >= REFRESH_MIN_US) ||
+         (c->covered < REDIS_SLOTS && since >= PARTIAL_REFRESH_US) ||
+         since > REFRESH_EVERY_US))
         refresh_map(c);
 }
 
@@ -777,10 +846,23 @@ void rcli_send(struct rcli *c, int slot, enum rcli_kind kind, int argc,
     struct rcall *k =
         call_new(c, slot, kind, argc, cmd, len, deadline_us, cb, pd);
     if (c->closing) {
-        call_finish(k, NULL, "closing");
+        call_finish(k, NULL, "closing", false);
         return;
     }
     dispatch(c, k, NULL, false);
+}
+
+void rcli_status(const struct rcli *c, char *out, size_t cap) {
+    if (c->why[0]) {
+        snprintf(out, cap, "%s", c->why);
+        return;
+    }
+    for (const struct rconn *n = c->conns; n; n = n->next)
+        if (n->state != C_UP) {
+            snprintf(out, cap, "Redis at %s:%d is not reachable", n->host, n->port);
+            return;
+        }
+    snprintf(out, cap, "Redis is not ready");
 }
 
 bool rcli_ready(const struct rcli *c) {
