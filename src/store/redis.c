@@ -443,7 +443,8 @@ static void req_fail(struct rreq *rq, int status, const char *msg) {
     if (rq->status != DQ_OK) return; /* the first failure tells */
     rq->status = status;
     if (msg) {
-        snprintf(rq->errbuf, sizeof rq->errbuf, "%s", msg);
+        snprintf(rq->errbuf, sizeof rq->errbuf, "%.*s",
+                 (int)sizeof rq->errbuf - 1, msg);
     } else {
         rq->errbuf[0] = '\0';
     }
