@@ -25,6 +25,8 @@
 #define DQ_DUE_AHEAD_MAX  (3653LL * 24 * 3600 * 1000) /* ten years */
 #define DQ_BODY_DEFAULT_MAX (1024 * 1024)
 #define DQ_COUNT_MAX      1000                  /* RESERVE/LIST COUNT */
+#define DQ_URL_MAX        2048                  /* push URL (§9) */
+#define DQ_CTYPE_MAX      255                   /* push Content-Type */
 
 enum dq_state {
     DQ_DELAYED = 0,
@@ -38,6 +40,10 @@ enum dq_backoff_kind {
     DQ_BACKOFF_EXP = 0,   /* base * 2^(attempts-1), capped at max */
     DQ_BACKOFF_FIXED = 1, /* always base */
 };
+
+/* NACK's delay for "dead at once, whatever the retries" (a push receiver
+ * answered 410 Gone). */
+#define DQ_NACK_DEAD (-2)
 
 struct dq_backoff {
     uint8_t kind;  /* enum dq_backoff_kind */
@@ -61,6 +67,9 @@ struct dq_job {
     uint32_t retries;
     uint32_t attempts;
     struct dq_backoff backoff;
+    /* Push delivery (§9): url.len 0 = none (the job is for RESERVE);
+     * content_type.len 0 = the default. */
+    struct dq_str url, content_type;
 };
 
 /* An ADD request, validated. */
@@ -72,6 +81,7 @@ struct dq_add {
     struct dq_backoff backoff;
     bool replace;
     int64_t now; /* the request's one clock read (unix ms); 0 = the store reads its own */
+    struct dq_str url, content_type; /* push delivery; len 0 = none */
 };
 
 /* Counters of STATS: totals since start (or since the log began, for a
