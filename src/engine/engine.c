@@ -32,7 +32,7 @@
 #define ATTEMPTS_MAX 0xffff
 #define RETRIES_MAX 0xffff
 #define TTR_MAX ((UINT32_C(1) << 30) - 1)
-#define BODY_MAX ((size_t)INT32_MAX)
+#define BODY_MAX ((size_t)(1 << 30) - 1)
 #define TOPICS_SIZE 16 /* initial buckets of the topic table */
 #define IDLE_TOPICS_MAX 4096 /* emptied topics kept for their counters */
 #define JOBS_SIZE 4    /* initial buckets of a topic's id table */
@@ -49,12 +49,16 @@ struct job {
     uint64_t due : 48, attempts : 16;
     uint64_t created : 48, retries : 16;
     uint32_t ttr : 30, state : 2;
-    uint32_t body_len : 31, backoff_fixed : 1;
+    uint32_t body_len : 30, backoff_fixed : 1, push : 1;
     uint32_t backoff_base, backoff_max;
     struct hnode hnode; /* the topic's id table */
     uint8_t id_len1;    /* id length - 1 (ids are 1..256 bytes) */
-    char data[];        /* id, then body */
+    char data[];        /* id, body, then the push tail if push is set */
 };
+
+/* A push job (§9) ends with a tail after its body: url_len:u16 ct_len:u8,
+ * then the URL and the content type. Jobs without a URL carry nothing. */
+#define PUSH_TAIL_FIXED 3
 
 _Static_assert(offsetof(struct job, data) <= 74, "job header too large");
 _Static_assert(DQ_TTR_MAX <= TTR_MAX, "ttr field too narrow");
@@ -78,6 +82,8 @@ struct topic {
     struct htab jobs;   /* id -> job */
     struct htab far;    /* id -> stub (delayed jobs held by the store) */
     struct wheel_node ready, dead; /* list heads */
+    struct wheel_node pushq;    /* ready push jobs: the pusher's FIFO */
+    uint64_t npush;             /* jobs on pushq */
     struct dq_stats st;
     struct wheel_node idle;     /* on the engine's idle list while jobless */
     uint64_t expect;            /* engine_expect: jobs announced */
@@ -197,6 +203,14 @@ static void view(const struct job *j, struct dq_job *out) {
     out->backoff.kind = j->backoff_fixed ? DQ_BACKOFF_FIXED : DQ_BACKOFF_EXP;
     out->backoff.base = j->backoff_base;
     out->backoff.max = j->backoff_max;
+    out->url = out->content_type = (struct dq_str){NULL, 0};
+    if (j->push) {
+        const uint8_t *p = (const uint8_t *)j->data + id_len(j) + j->body_len;
+        size_t ulen = (size_t)p[0] | (size_t)p[1] << 8;
+        out->url = (struct dq_str){(const char *)p + PUSH_TAIL_FIXED, ulen};
+        out->content_type =
+            (struct dq_str){(const char *)p + PUSH_TAIL_FIXED + ulen, p[2]};
+    }
 }
 
 /* --- topics ----------------------------------------------------------------- */
@@ -251,6 +265,7 @@ static struct topic *topic_create(struct engine *e, struct dq_str name) {
     }
     t->hash = htab_hash_bytes(name.p, name.len);
     list_init(&t->ready);
+    list_init(&t->pushq);
     list_init(&t->dead);
     list_init(&t->idle);
     t->name_len = (uint8_t)name.len;
@@ -295,9 +310,14 @@ static void topic_use(struct engine *e, struct topic *t) {
     e->nidle--;
 }
 
+/* Tells who takes them: RESERVE's waiters (on_ready) about ready jobs
+ * without a URL, the pusher (on_push_ready) about push jobs. */
 static void notify_ready(struct engine *e, struct topic *t) {
-    if (e->hooks.on_ready)
-        e->hooks.on_ready(e->hooks.ud, topic_name(t), t->st.jobs[DQ_READY]);
+    uint64_t plain = t->st.jobs[DQ_READY] - t->npush;
+    if (e->hooks.on_ready && plain)
+        e->hooks.on_ready(e->hooks.ud, topic_name(t), plain);
+    if (e->hooks.on_push_ready && t->npush)
+        e->hooks.on_push_ready(e->hooks.ud, topic_name(t), t->npush);
 }
 
 /* --- jobs ------------------------------------------------------------------- */
@@ -357,7 +377,12 @@ static void place(struct engine *e, struct job *j, int state, int64_t when) {
         wheel_add(&e->wheel, &j->node);
         break;
     case DQ_READY:
-        list_append(&j->topic->ready, &j->node);
+        if (j->push) {
+            list_append(&j->topic->pushq, &j->node);
+            j->topic->npush++;
+        } else {
+            list_append(&j->topic->ready, &j->node);
+        }
         break;
     default:
         list_append(&j->topic->dead, &j->node);
@@ -373,20 +398,36 @@ static void unplace(struct engine *e, struct job *j) {
         wheel_del(&e->wheel, &j->node);
     else
         list_unlink(&j->node);
+    if (j->state == DQ_READY && j->push) j->topic->npush--;
     j->topic->st.jobs[j->state]--;
     e->st.jobs[j->state]--;
 }
 
+/* A job of topic t; url.len 0 = not a push job (no tail). */
 static struct job *job_alloc(struct topic *t, struct dq_str id,
-                             struct dq_str body) {
+                             struct dq_str body, struct dq_str url,
+                             struct dq_str ctype) {
     assert(id.len >= 1 && id.len <= DQ_ID_MAX);
-    struct job *j = dq_malloc(offsetof(struct job, data) + id.len + body.len);
+    assert(url.len <= DQ_URL_MAX && ctype.len <= DQ_CTYPE_MAX);
+    bool push = url.len > 0;
+    size_t tail = push ? PUSH_TAIL_FIXED + url.len + ctype.len : 0;
+    struct job *j =
+        dq_malloc(offsetof(struct job, data) + id.len + body.len + tail);
     if (!j) return NULL;
     j->topic = t;
     j->id_len1 = (uint8_t)(id.len - 1);
     j->body_len = (uint32_t)body.len;
+    j->push = push;
     memcpy(j->data, id.p, id.len);
     if (body.len) memcpy(j->data + id.len, body.p, body.len);
+    if (push) {
+        uint8_t *p = (uint8_t *)j->data + id.len + body.len;
+        p[0] = (uint8_t)url.len;
+        p[1] = (uint8_t)(url.len >> 8);
+        p[2] = (uint8_t)ctype.len;
+        memcpy(p + PUSH_TAIL_FIXED, url.p, url.len);
+        if (ctype.len) memcpy(p + PUSH_TAIL_FIXED + url.len, ctype.p, ctype.len);
+    }
     return j;
 }
 
@@ -479,7 +520,7 @@ static int add(struct engine *e, int64_t now, const struct dq_add *a,
             stub_set_ref(f, ref);
         }
     } else {
-        j = job_alloc(t, a->id, a->body);
+        j = job_alloc(t, a->id, a->body, a->url, a->content_type);
     }
     if (!j && !f) {
         if (created) topic_free(e, t);
@@ -555,7 +596,8 @@ int engine_load(struct engine *e, int64_t now, const struct dq_job *src,
     uint64_t h = htab_hash_bytes(src->id.p, src->id.len);
     struct stub *f = stub_find(t, src->id, h);
     if (!f || stub_ref(f) != ref) return 0;
-    struct job *j = job_alloc(t, src->id, src->body);
+    struct job *j =
+        job_alloc(t, src->id, src->body, src->url, src->content_type);
     if (!j) return ENGINE_ENOMEM;
     stub_remove(e, t, f, h, false);
     job_options(j, src->due, src->created, src->ttr, src->retries,
@@ -637,14 +679,17 @@ int engine_get(const struct engine *e, struct dq_str topic, struct dq_str id,
     return 1;
 }
 
-int engine_reserve(struct engine *e, int64_t now, const struct dq_str *topics,
-                   size_t ntopics, uint32_t count, struct dq_job *out) {
+/* RESERVE from the plain ready FIFOs (push false) or the push ones. */
+static int reserve(struct engine *e, int64_t now, const struct dq_str *topics,
+                   size_t ntopics, uint32_t count, struct dq_job *out,
+                   bool push) {
     uint32_t n = 0;
     for (size_t i = 0; i < ntopics && n < count; i++) {
         struct topic *t = topic_get(e, topics[i]);
         if (!t) continue;
-        while (n < count && !list_empty(&t->ready)) {
-            struct job *j = job_of(t->ready.next);
+        struct wheel_node *q = push ? &t->pushq : &t->ready;
+        while (n < count && !list_empty(q)) {
+            struct job *j = job_of(q->next);
             unplace(e, j);
             if (j->attempts < ATTEMPTS_MAX) j->attempts++;
             place(e, j, DQ_RESERVED, add_ms(now, j->ttr));
@@ -656,6 +701,16 @@ int engine_reserve(struct engine *e, int64_t now, const struct dq_str *topics,
     return (int)n;
 }
 
+int engine_reserve(struct engine *e, int64_t now, const struct dq_str *topics,
+                   size_t ntopics, uint32_t count, struct dq_job *out) {
+    return reserve(e, now, topics, ntopics, count, out, false);
+}
+
+int engine_reserve_push(struct engine *e, int64_t now, struct dq_str topic,
+                        uint32_t count, struct dq_job *out) {
+    return reserve(e, now, &topic, 1, count, out, true);
+}
+
 int engine_nack(struct engine *e, int64_t now, struct dq_str topic,
                 struct dq_str id, int64_t delay) {
     struct topic *t;
@@ -664,7 +719,7 @@ int engine_nack(struct engine *e, int64_t now, struct dq_str topic,
     unplace(e, j);
     t->st.nacked++;
     e->st.nacked++;
-    if (j->attempts > j->retries) {
+    if (j->attempts > j->retries || delay == DQ_NACK_DEAD) {
         place(e, j, DQ_DEAD, 0);
         t->st.dead++;
         e->st.dead++;
@@ -708,7 +763,12 @@ int engine_release(struct engine *e, struct dq_str topic, struct dq_str id) {
     unplace(e, j);
     if (j->attempts > 0) j->attempts--;
     j->state = DQ_READY;
-    list_push(&t->ready, &j->node);
+    if (j->push) {
+        list_push(&t->pushq, &j->node);
+        t->npush++;
+    } else {
+        list_push(&t->ready, &j->node);
+    }
     t->st.jobs[DQ_READY]++;
     e->st.jobs[DQ_READY]++;
     notify_ready(e, t);
@@ -1010,7 +1070,8 @@ int engine_restore(struct engine *e, int64_t now, const struct dq_job *src) {
         if (!(t = topic_create(e, src->topic))) return ENGINE_ENOMEM;
         created = true;
     }
-    struct job *j = job_alloc(t, src->id, src->body);
+    struct job *j =
+        job_alloc(t, src->id, src->body, src->url, src->content_type);
     if (!j) {
         if (created) topic_free(e, t);
         return ENGINE_ENOMEM;

@@ -47,6 +47,10 @@ struct engine_hooks {
      * from engine_advance (after the batch), engine_add, engine_nack,
      * engine_kick, engine_release. Must not call back into the engine. */
     void (*on_ready)(void *ud, struct dq_str topic, uint64_t ready);
+    /* The same for push jobs (§9, a URL): ready = how many ready push jobs
+     * the topic holds. Push jobs wait on their own FIFO per topic: only
+     * engine_reserve_push takes them, never engine_reserve. May be NULL. */
+    void (*on_push_ready)(void *ud, struct dq_str topic, uint64_t ready);
     /* A reserved job's lease ended in engine_advance: it went back to ready
      * (dead = false) or to dead. Lets a durable store log the change. */
     void (*on_expire)(void *ud, const struct dq_job *job, bool dead);
@@ -131,10 +135,15 @@ int engine_get(const struct engine *e, struct dq_str topic, struct dq_str id,
 int engine_reserve(struct engine *e, int64_t now, const struct dq_str *topics,
                    size_t ntopics, uint32_t count, struct dq_job *out);
 
+/* RESERVE for the pusher: the same, from the topic's FIFO of ready push
+ * jobs (those with a URL), which engine_reserve never takes from. */
+int engine_reserve_push(struct engine *e, int64_t now, struct dq_str topic,
+                        uint32_t count, struct dq_job *out);
+
 /* ACK: removes the job in any state. Returns 1 if it existed, else 0. */
 int engine_ack(struct engine *e, struct dq_str topic, struct dq_str id);
 
-/* NACK: delay < 0 = the job's backoff. Returns the new state or
+/* NACK: delay < 0 = the job's backoff; DQ_NACK_DEAD = dead at once. Returns the new state or
  * ENGINE_ENOTRESERVED. */
 int engine_nack(struct engine *e, int64_t now, struct dq_str topic,
                 struct dq_str id, int64_t delay);
