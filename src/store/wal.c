@@ -168,7 +168,9 @@ static size_t key_size(const struct dq_job *j) {
 static size_t rec_size(const struct wal_rec *r) {
     const struct dq_job *j = &r->job;
     switch (r->type) {
-    case WAL_JOB: return 1 + JOB_FIXED + key_size(j) + 4 + j->body.len;
+    case WAL_JOB:
+        return 1 + JOB_FIXED + key_size(j) + 4 + j->body.len +
+               (j->url.len ? 4 + j->url.len + j->content_type.len : 0);
     case WAL_DEL:
     case WAL_ACK: return 1 + key_size(j);
     case WAL_RESERVE:
@@ -190,7 +192,8 @@ static size_t encode_at(uint8_t *dst, const struct wal_rec *r) {
     const struct dq_job *j = &r->job;
     size_t n = rec_size(r);
     uint8_t *p = dst + WAL_REC_HEADER;
-    *p++ = (uint8_t)r->type;
+    /* a job with a URL is a PUSHJOB record: a JOB and its push fields */
+    *p++ = (uint8_t)(r->type == WAL_JOB && j->url.len ? WAL_PUSHJOB : r->type);
     switch (r->type) {
     case WAL_JOB:
         *p++ = (uint8_t)j->state;
@@ -208,6 +211,10 @@ static size_t encode_at(uint8_t *dst, const struct wal_rec *r) {
         p = put32(p, (uint32_t)j->body.len);
         if (j->body.len) memcpy(p, j->body.p, j->body.len);
         p += j->body.len;
+        if (j->url.len) {
+            p = putstr16(p, j->url);
+            p = putstr16(p, j->content_type);
+        }
         break;
     case WAL_RESERVE:
     case WAL_NACK:
@@ -278,8 +285,8 @@ const char *wal_type_name(int type) {
     static const char *const names[] = {
         "?",      "job",    "del",    "ack",     "reserve",  "nack",
         "touch",  "release", "expire", "kick",   "kickall",  "purge",
-        "counters", "snapend"};
-    if (type < 1 || type > WAL_SNAPEND) return "?";
+        "counters", "snapend", "pushjob"};
+    if (type < 1 || type > WAL_PUSHJOB) return "?";
     return names[type];
 }
 
@@ -338,6 +345,8 @@ static const char *decode(const uint8_t *p, size_t n, struct wal_rec *out) {
     memset(out, 0, sizeof *out);
     struct dq_job *j = &out->job;
     out->type = rd8(&r);
+    bool push = out->type == WAL_PUSHJOB;
+    if (push) out->type = WAL_JOB;
     switch (out->type) {
     case WAL_JOB: {
         j->state = rd8(&r);
@@ -356,6 +365,10 @@ static const char *decode(const uint8_t *p, size_t n, struct wal_rec *out) {
             j->body.p = (const char *)r.p;
             j->body.len = blen;
             r.p += blen;
+        }
+        if (push) {
+            j->url = rdstr16(&r, 1, DQ_URL_MAX);
+            j->content_type = rdstr16(&r, 0, DQ_CTYPE_MAX);
         }
         if (r.bad) break;
         if ((unsigned)j->state >= DQ_NSTATES) return "bad job state";

@@ -75,6 +75,9 @@ enum wal_type {
     WAL_PURGE = 11,   /* topic, count: every job removed */
     WAL_COUNTERS = 12,/* the STATS counters (snapshots) */
     WAL_SNAPEND = 13, /* last record of a snapshot: number of jobs */
+    WAL_PUSHJOB = 14, /* a JOB with a URL (§9): JOB's payload, url,
+                         content type. Decoded as WAL_JOB with job.url set;
+                         wal_encode writes it for a WAL_JOB with a URL. */
 };
 
 /* One decoded record. Which fields of `job` mean something depends on the
