@@ -68,6 +68,7 @@ struct batch {
 struct ready_note {
     size_t off, len; /* topic name in ready_names */
     int64_t hint;
+    bool push; /* about push jobs: for on_push_ready */
 };
 
 struct dq_store {
@@ -144,6 +145,8 @@ static void pend_jobs(struct dq_store *s, struct pending *p,
         j.topic = arena_str(a, jobs[i].topic);
         j.id = arena_str(a, jobs[i].id);
         j.body = arena_str(a, jobs[i].body);
+        j.url = arena_str(a, jobs[i].url);
+        j.content_type = arena_str(a, jobs[i].content_type);
         memcpy(a->p + p->off + i * sizeof j, &j, sizeof j);
     }
 }
@@ -165,6 +168,8 @@ static void fire(struct pending *p, char *base) {
             fixup_str(&jobs[i].topic, base);
             fixup_str(&jobs[i].id, base);
             fixup_str(&jobs[i].body, base);
+            fixup_str(&jobs[i].url, base);
+            fixup_str(&jobs[i].content_type, base);
         }
         r.jobs = jobs;
         r.njobs = p->cnt;
@@ -278,7 +283,10 @@ static void flush_ready(struct dq_store *s) {
     memset(&s->ready_names, 0, sizeof s->ready_names);
     for (size_t i = 0; i < n; i++) {
         struct dq_str t = {names.p + notes[i].off, notes[i].len};
-        s->cfg.on_ready(s->cfg.ud, t, notes[i].hint);
+        if (!notes[i].push)
+            s->cfg.on_ready(s->cfg.ud, t, notes[i].hint);
+        else if (s->cfg.on_push_ready)
+            s->cfg.on_push_ready(s->cfg.ud, t, notes[i].hint);
     }
     if (s->notes_cap == 0 && s->ready_names.cap == 0) {
         /* nothing new was queued: keep the memory for next time */
@@ -292,7 +300,8 @@ static void flush_ready(struct dq_store *s) {
     }
 }
 
-static void on_engine_ready(void *ud, struct dq_str topic, uint64_t ready) {
+static void note_ready(void *ud, struct dq_str topic, uint64_t ready,
+                       bool push) {
     struct dq_store *s = ud;
     if (s->recovering) return;
     if (s->nnotes == s->notes_cap) {
@@ -303,7 +312,17 @@ static void on_engine_ready(void *ud, struct dq_str topic, uint64_t ready) {
     n->off = s->ready_names.len;
     n->len = topic.len;
     n->hint = (int64_t)ready;
+    n->push = push;
     buf_append(&s->ready_names, topic.p, topic.len);
+}
+
+static void on_engine_ready(void *ud, struct dq_str topic, uint64_t ready) {
+    note_ready(ud, topic, ready, false);
+}
+
+static void on_engine_push_ready(void *ud, struct dq_str topic,
+                                 uint64_t ready) {
+    note_ready(ud, topic, ready, true);
 }
 
 static void on_engine_expire(void *ud, const struct dq_job *job, bool dead) {
@@ -395,6 +414,7 @@ static int emb_open(struct dq_store **out, const struct dq_store_config *cfg,
     s->ec = (struct engine_config){
         .max_jobs = cfg->max_jobs,
         .hooks = {.on_ready = on_engine_ready,
+                  .on_push_ready = on_engine_push_ready,
                   .on_expire = on_engine_expire,
                   .ud = s},
     };
@@ -570,6 +590,19 @@ static void emb_reserve(struct dq_store *s, const struct dq_str *topics,
     after_change(s);
 }
 
+static void emb_reserve_push(struct dq_store *s, struct dq_str topic,
+                             uint32_t count, dq_store_cb *cb, void *pd) {
+    if (count > DQ_COUNT_MAX) count = DQ_COUNT_MAX;
+    if (refuse_change(s, cb, pd)) return;
+    int64_t now = now_ms(s);
+    catch_up(s, now);
+    int n = engine_reserve_push(s->eng, now, topic, count, s->jobs);
+    for (int i = 0; i < n; i++) log_job(s, WAL_RESERVE, &s->jobs[i]);
+    struct pending *p = pend_change(s, cb, pd, DQ_OK);
+    pend_jobs(s, p, s->jobs, n > 0 ? (size_t)n : 0);
+    after_change(s);
+}
+
 static void emb_ack(struct dq_store *s, struct dq_str topic,
                     const struct dq_str *ids, size_t nids, dq_store_cb *cb,
                     void *pd) {
@@ -726,6 +759,7 @@ const struct dq_store_ops dq_store_embedded = {
     .del = emb_del,
     .get = emb_get,
     .reserve = emb_reserve,
+    .reserve_push = emb_reserve_push,
     .ack = emb_ack,
     .nack = emb_nack,
     .touch = emb_touch,

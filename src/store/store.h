@@ -29,6 +29,12 @@
  * the clients blocked on that topic. on_ready may run inside any store call,
  * after the store's state is consistent; a store never calls it from inside
  * reserve.
+ *
+ * Push jobs (§9: added with a URL) are delivered by the server itself, never
+ * handed to a client: reserve never returns one, and a store tells of them
+ * through cfg->on_push_ready(cfg->ud, topic, hint) instead of on_ready; the
+ * pusher takes them with reserve_push. Every other operation treats them as
+ * any job (GET shows url and content_type).
  */
 #ifndef DQ_STORE_H
 #define DQ_STORE_H
@@ -97,7 +103,9 @@ struct dq_store_config {
     uint64_t max_jobs;        /* 0 = no limit */
     int64_t (*clock)(void *ud); /* unix ms; NULL = the real clock */
     void (*on_ready)(void *ud, struct dq_str topic, int64_t hint);
-    void *ud;                 /* passed to clock and on_ready */
+    /* The same for push jobs (they never wake on_ready); may be NULL. */
+    void (*on_push_ready)(void *ud, struct dq_str topic, int64_t hint);
+    void *ud;                 /* passed to clock and the on_ functions */
 };
 
 enum dq_fsync { DQ_FSYNC_ALWAYS, DQ_FSYNC_EVERYSEC, DQ_FSYNC_NO };
@@ -135,11 +143,18 @@ struct dq_store_ops {
     void (*reserve)(struct dq_store *s, const struct dq_str *topics,
                     size_t ntopics, uint32_t count, dq_store_cb *cb,
                     void *pd);
+    /* RESERVE for the pusher: up to `count` ready push jobs of one topic,
+     * as reserve does for the others. res: jobs/njobs, with url and
+     * content_type. NULL in a store without push delivery (ADD with a URL
+     * is then refused). */
+    void (*reserve_push)(struct dq_store *s, struct dq_str topic,
+                         uint32_t count, dq_store_cb *cb, void *pd);
     /* ACK. res: n = how many of ids existed (any state). */
     void (*ack)(struct dq_store *s, struct dq_str topic,
                 const struct dq_str *ids, size_t nids, dq_store_cb *cb,
                 void *pd);
-    /* NACK. delay < 0 = the job's backoff. res: n = the new enum dq_state.
+    /* NACK. delay < 0 = the job's backoff; DQ_NACK_DEAD (job.h) = dead at
+     * once whatever its retries (a push receiver answered 410). res: n = the new enum dq_state.
      * Errors: NOTRESERVED. */
     void (*nack)(struct dq_store *s, struct dq_str topic, struct dq_str id,
                  int64_t delay, dq_store_cb *cb, void *pd);
