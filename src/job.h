@@ -27,6 +27,7 @@
 #define DQ_COUNT_MAX      1000                  /* RESERVE/LIST COUNT */
 #define DQ_URL_MAX        2048                  /* push URL (§9) */
 #define DQ_CTYPE_MAX      255                   /* push Content-Type */
+#define DQ_CTYPE_DEFAULT  "application/octet-stream"
 
 enum dq_state {
     DQ_DELAYED = 0,
@@ -89,6 +90,9 @@ struct dq_add {
 struct dq_stats {
     uint64_t jobs[DQ_NSTATES]; /* indexed by enum dq_state */
     uint64_t added, reserved, acked, nacked, expired, dead, deleted, kicked;
+    /* Push delivery since this server started (the core fills these from
+     * its metrics; stores leave them 0). */
+    uint64_t pushed, push_failed;
 };
 
 /* "delayed", "ready", ...; NULL for an out-of-range value. */

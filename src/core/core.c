@@ -15,6 +15,7 @@
 
 #include "core/core_int.h"
 #include "lib/clock.h"
+#include "lib/url.h"
 #include "lib/xalloc.h"
 
 /* --- calls -------------------------------------------------------------- */
@@ -135,6 +136,51 @@ static bool check_range(struct core *c, int64_t v, const char *what,
     return false;
 }
 
+/* The push fields of an ADD: an absolute http(s) URL whose host
+ * --push-allow admits, and a printable content type. */
+static bool check_push(struct core *c, const struct core_add *a, core_cb *cb,
+                       void *pd) {
+    if (a->url.len == 0) {
+        if (a->content_type.len == 0) return true;
+        fail(c, cb, pd, DQ_INVALID, "content-type needs a url");
+        return false;
+    }
+    if (!c->ops->reserve_push) {
+        fail(c, cb, pd, DQ_INVALID,
+             "url: push delivery is not available with the %s store",
+             c->ops->name);
+        return false;
+    }
+    struct url_parts u;
+    const char *why = a->url.len > DQ_URL_MAX
+                          ? "longer than 2048 bytes"
+                          : url_split(a->url.p, a->url.len, &u);
+    if (why) {
+        fail(c, cb, pd, DQ_INVALID, "invalid url '%.*s': %s",
+             clip(a->url.len), a->url.p, why);
+        return false;
+    }
+    if (!core_push_allowed(c, (struct dq_str){u.host, u.host_len})) {
+        fail(c, cb, pd, DQ_INVALID,
+             "url: host '%.*s' is not allowed by --push-allow",
+             clip(u.host_len), u.host);
+        return false;
+    }
+    bool ok = a->content_type.len <= DQ_CTYPE_MAX;
+    for (size_t i = 0; ok && i < a->content_type.len; i++)
+        ok = a->content_type.p[i] >= ' ' && a->content_type.p[i] < 127;
+    if (!ok)
+        fail(c, cb, pd, DQ_INVALID,
+             "invalid content-type: expected up to %d printable ASCII "
+             "characters",
+             DQ_CTYPE_MAX);
+    return ok;
+}
+
+bool core_push_allowed(const struct core *c, struct dq_str host) {
+    return url_host_allowed(c->cfg.push_allow, host.p, host.len);
+}
+
 /* --- requests ------------------------------------------------------------- */
 
 void core_add(struct core *c, const struct core_add *a, core_cb *cb,
@@ -154,6 +200,7 @@ void core_add(struct core *c, const struct core_add *a, core_cb *cb,
         !check_range(c, a->ttr, "ttr", 1, DQ_TTR_MAX, cb, pd) ||
         !check_range(c, a->retries, "retries", 0, DQ_RETRIES_MAX, cb, pd))
         return;
+    if (!check_push(c, a, cb, pd)) return;
     if (a->delay != CORE_UNSET && a->at != CORE_UNSET) {
         fail(c, cb, pd, DQ_INVALID, "delay and at cannot be used together");
         return;
@@ -170,6 +217,8 @@ void core_add(struct core *c, const struct core_add *a, core_cb *cb,
                     DQ_BACKOFF_MAX_DEFAULT},
         .replace = a->replace,
         .now = now,
+        .url = a->url,
+        .content_type = a->content_type,
     };
     if (a->delay != CORE_UNSET) r.due = now + a->delay;
     if (a->at != CORE_UNSET && a->at > now) r.due = a->at;
@@ -268,9 +317,39 @@ void core_purge(struct core *c, struct dq_str topic, core_cb *cb, void *pd) {
     c->ops->purge(c->store, topic, call_done, call_new(c, M_PURGE, cb, pd));
 }
 
+/* STATS: the store's figures and the pusher's (from the metrics). */
+struct stats_call {
+    struct core *core;
+    core_cb *cb;
+    void *pd;
+    size_t len;
+    char topic[DQ_TOPIC_MAX];
+};
+
+static void stats_done(void *pd, const struct dq_result *res) {
+    struct stats_call *sc = pd;
+    struct dq_result r = *res;
+    struct dq_stats st;
+    if (res->status == DQ_OK && res->stats) {
+        st = *res->stats;
+        metrics_push_counts(sc->core->metrics,
+                            (struct dq_str){sc->topic, sc->len}, &st.pushed,
+                            &st.push_failed);
+        r.stats = &st;
+    }
+    core_cb *cb = sc->cb;
+    void *upd = sc->pd;
+    dq_free(sc);
+    cb(upd, &r);
+}
+
 void core_stats(struct core *c, struct dq_str topic, core_cb *cb, void *pd) {
     if (topic.len && !check_topic(c, topic, cb, pd)) return;
-    c->ops->stats(c->store, topic, call_done, call_new(c, M_STATS, cb, pd));
+    struct stats_call *sc = xmalloc(sizeof *sc);
+    *sc = (struct stats_call){.core = c, .cb = cb, .pd = pd, .len = topic.len};
+    memcpy(sc->topic, topic.p, topic.len);
+    c->ops->stats(c->store, topic, call_done,
+                  call_new(c, M_STATS, stats_done, sc));
 }
 
 void core_topics(struct core *c, core_cb *cb, void *pd) {
@@ -296,6 +375,21 @@ struct core_wait *core_reserve(struct core *c, const struct dq_str *topics,
                         cb, pd);
 }
 
+void core_reserve_push(struct core *c, struct dq_str topic, uint32_t count,
+                       core_cb *cb, void *pd) {
+    if (count > DQ_COUNT_MAX) count = DQ_COUNT_MAX;
+    c->ops->reserve_push(c->store, topic, count, call_done,
+                         call_new(c, M_RESERVE, cb, pd));
+}
+
+void core_set_push_ready(struct core *c,
+                         void (*fn)(void *ud, struct dq_str topic,
+                                    int64_t hint),
+                         void *ud) {
+    c->push_ready = fn;
+    c->push_ud = ud;
+}
+
 /* Called by wait.c for every batch of jobs handed to a client. */
 void core_handed_out(struct core *c, const struct dq_result *res) {
     if (res->njobs == 0) return;
@@ -311,6 +405,11 @@ static void on_ready(void *ud, struct dq_str topic, int64_t hint) {
     wait_on_ready(ud, topic, hint);
 }
 
+static void on_push_ready(void *ud, struct dq_str topic, int64_t hint) {
+    struct core *c = ud;
+    if (c->push_ready) c->push_ready(c->push_ud, topic, hint);
+}
+
 int core_open(struct core **out, const struct core_config *cfg, char *err,
               size_t errlen) {
     struct core *c = xcalloc(1, sizeof *c);
@@ -322,6 +421,7 @@ int core_open(struct core **out, const struct core_config *cfg, char *err,
     struct dq_store_config sc = cfg->store;
     sc.base = cfg->base;
     sc.on_ready = on_ready;
+    sc.on_push_ready = on_push_ready;
     sc.ud = c;
     if (c->ops->open(&c->store, &sc, err, errlen) != 0) {
         core_close(c);

@@ -45,6 +45,7 @@ struct core_config {
     struct dq_store_config store;   /* base/on_ready/ud are set by the core */
     uint64_t max_body;
     uint32_t metrics_max_topics;    /* topics with their own series */
+    const char *push_allow;         /* --push-allow: host patterns, NULL = any */
 };
 
 /* Opens the store and readies the core. Returns 0 and sets *out, or -1
@@ -71,6 +72,9 @@ struct core_add {
     int backoff_kind;       /* -1 = default, else enum dq_backoff_kind */
     int64_t backoff_base, backoff_max;
     bool replace;
+    /* Push delivery (§9): an absolute http(s) URL the server POSTs the body
+     * to when the job is due; empty = none (the job is for RESERVE). */
+    struct dq_str url, content_type;
 };
 #define CORE_ADD_INIT                                                       \
     {.delay = CORE_UNSET, .at = CORE_UNSET, .ttr = CORE_UNSET,               \
@@ -116,6 +120,19 @@ void core_topics(struct core *c, core_cb *cb, void *pd);
 struct core_wait *core_reserve(struct core *c, const struct dq_str *topics,
                                size_t ntopics, int64_t count,
                                int64_t timeout_ms, core_cb *cb, void *pd);
+/* The pusher's RESERVE: up to count ready push jobs of the topic (never
+ * waits). res: jobs/njobs with url and content_type. */
+void core_reserve_push(struct core *c, struct dq_str topic, uint32_t count,
+                       core_cb *cb, void *pd);
+/* Who is told when a topic may hold ready push jobs (the pusher): fn(ud,
+ * topic, hint) as store.h's on_push_ready. Set once, before jobs move. */
+void core_set_push_ready(struct core *c,
+                         void (*fn)(void *ud, struct dq_str topic,
+                                    int64_t hint),
+                         void *ud);
+/* Whether host may receive pushes (--push-allow). */
+bool core_push_allowed(const struct core *c, struct dq_str host);
+
 /* The client of a waiting RESERVE went away: cb will not be called, and
  * jobs reserved for it meanwhile are given back to the store at once. */
 void core_reserve_cancel(struct core_wait *w);

@@ -23,6 +23,8 @@ struct core {
     struct call *calls; /* free list */
     unsigned ncalls;
     bool stopping;
+    void (*push_ready)(void *ud, struct dq_str topic, int64_t hint);
+    void *push_ud;
     char errbuf[512];   /* a validation error's message, during its callback */
 };
 

@@ -17,16 +17,29 @@ static const double cmd_bounds[] = {
 static const double lag_bounds[] = {
     0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025,
     0.05,   0.1,     0.25,   0.5,   1,     2.5,   5,    10};
+/* A push takes a fraction of a millisecond on loopback, up to its
+ * timeout (--push-timeout, 30 s by default) at worst. */
+static const double push_bounds[] = {
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+    0.05,   0.1,     0.25,   0.5,   1,     2.5,    5,     10, 30};
 #define NB(a) ((int)(sizeof a / sizeof a[0]))
 
 static const char *const cmd_names[M_NCMDS] = {
     "add",   "del",  "get",  "reserve", "ack",   "nack",
     "touch", "kick", "list", "purge",   "stats", "topics"};
 
+/* Push delivery (§9) of one topic, or of several. */
+struct push_m {
+    struct hist dur;
+    uint64_t pushed, failed;
+    int64_t inflight;
+};
+
 struct topic_m {
     struct hnode hn;
     uint64_t hash;
     struct hist lag;
+    struct push_m push;
     size_t len;
     char name[];
 };
@@ -38,6 +51,7 @@ struct metrics {
     uint32_t ntopics, max_topics;
     struct hist lag_other; /* topics past max_topics */
     struct hist lag_all;
+    struct push_m push_other, push_all;
     int64_t clients;
     int64_t (*blocked)(void *ud);
     int64_t (*store_up)(void *ud);
@@ -54,6 +68,8 @@ struct metrics *metrics_new(uint32_t max_topics) {
         hist_init(&m->cmd[i], cmd_bounds, NB(cmd_bounds));
     hist_init(&m->lag_other, lag_bounds, NB(lag_bounds));
     hist_init(&m->lag_all, lag_bounds, NB(lag_bounds));
+    hist_init(&m->push_other.dur, push_bounds, NB(push_bounds));
+    hist_init(&m->push_all.dur, push_bounds, NB(push_bounds));
     htab_init(&m->topics, 16, topic_hash);
     m->max_topics = max_topics ? max_topics : MAX_TOPICS_DEFAULT;
     return m;
@@ -77,29 +93,75 @@ void metrics_command(struct metrics *m, int cmd, int64_t usec, int status) {
     if (status != 0) m->cmd_errors[cmd]++;
 }
 
-/* The lag histogram of topic t, creating its series while there is room. */
-static struct hist *topic_lag(struct metrics *m, struct dq_str t) {
+static struct topic_m *topic_find(const struct metrics *m, struct dq_str t) {
     uint64_t h = htab_hash_bytes(t.p, t.len);
     for (struct hnode *n = htab_bucket(&m->topics, h); n; n = n->next) {
         struct topic_m *tm = (struct topic_m *)n;
         if (tm->hash == h && tm->len == t.len && memcmp(tm->name, t.p, t.len) == 0)
-            return &tm->lag;
+            return tm;
     }
-    if (m->ntopics >= m->max_topics) return &m->lag_other;
-    struct topic_m *tm = xcalloc(1, sizeof *tm + t.len + 1);
-    tm->hash = h;
+    return NULL;
+}
+
+/* The series of topic t, created while there is room; NULL = "_other". */
+static struct topic_m *topic_series(struct metrics *m, struct dq_str t) {
+    struct topic_m *tm = topic_find(m, t);
+    if (tm || m->ntopics >= m->max_topics) return tm;
+    tm = xcalloc(1, sizeof *tm + t.len + 1);
+    tm->hash = htab_hash_bytes(t.p, t.len);
     tm->len = t.len;
     memcpy(tm->name, t.p, t.len);
     hist_init(&tm->lag, lag_bounds, NB(lag_bounds));
-    htab_insert(&m->topics, &tm->hn, h);
+    hist_init(&tm->push.dur, push_bounds, NB(push_bounds));
+    htab_insert(&m->topics, &tm->hn, tm->hash);
     m->ntopics++;
-    return &tm->lag;
+    return tm;
 }
 
 void metrics_fire_lag(struct metrics *m, struct dq_str topic, int64_t lag_us) {
     double s = lag_us > 0 ? (double)lag_us / 1e6 : 0;
-    hist_observe(topic_lag(m, topic), s);
+    struct topic_m *tm = topic_series(m, topic);
+    hist_observe(tm ? &tm->lag : &m->lag_other, s);
     hist_observe(&m->lag_all, s);
+}
+
+static struct push_m *push_of(struct metrics *m, struct dq_str topic) {
+    struct topic_m *tm = topic_series(m, topic);
+    return tm ? &tm->push : &m->push_other;
+}
+
+void metrics_push_begin(struct metrics *m, struct dq_str topic) {
+    push_of(m, topic)->inflight++;
+    m->push_all.inflight++;
+}
+
+void metrics_push_end(struct metrics *m, struct dq_str topic, int64_t usec,
+                      int outcome) {
+    struct push_m *pm[2] = {push_of(m, topic), &m->push_all};
+    for (int i = 0; i < 2; i++) {
+        pm[i]->inflight--;
+        hist_observe(&pm[i]->dur, (double)usec / 1e6);
+        if (outcome == METRICS_PUSHED) pm[i]->pushed++;
+        if (outcome == METRICS_PUSH_FAILED) pm[i]->failed++;
+    }
+}
+
+void metrics_push_counts(const struct metrics *m, struct dq_str topic,
+                         uint64_t *pushed, uint64_t *failed) {
+    const struct push_m *p = &m->push_all;
+    if (topic.len) {
+        const struct topic_m *tm = topic_find(m, topic);
+        p = tm ? &tm->push : NULL;
+    }
+    *pushed = p ? p->pushed : 0;
+    *failed = p ? p->failed : 0;
+}
+
+void metrics_push_totals(const struct metrics *m, struct metrics_push *out) {
+    out->pushed = m->push_all.pushed;
+    out->failed = m->push_all.failed;
+    out->inflight = m->push_all.inflight;
+    out->duration = &m->push_all.dur;
 }
 
 void metrics_clients(struct metrics *m, int delta) { m->clients += delta; }
@@ -162,6 +224,42 @@ static void emit_fire_lag(const struct metrics *m, const struct family *f,
     if (m->lag_other.count) v->hist(v->ud, f->name, "topic=\"_other\"", &m->lag_other);
 }
 
+/* One topic's sample of the push family lc->f. */
+static void emit_push_series(const struct lag_ctx *lc, const char *topic,
+                             const struct push_m *p) {
+    char labels[DQ_TOPIC_MAX + 40];
+    const char *fam = lc->f->name;
+    if (strcmp(fam, "delayq_push_duration_seconds") == 0) {
+        snprintf(labels, sizeof labels, "topic=\"%s\"", topic);
+        lc->v->hist(lc->v->ud, fam, labels, &p->dur);
+    } else if (strcmp(fam, "delayq_push_inflight") == 0) {
+        snprintf(labels, sizeof labels, "topic=\"%s\"", topic);
+        lc->v->value(lc->v->ud, fam, labels, (double)p->inflight);
+    } else {
+        snprintf(labels, sizeof labels, "topic=\"%s\",event=\"pushed\"",
+                 topic);
+        lc->v->value(lc->v->ud, fam, labels, (double)p->pushed);
+        snprintf(labels, sizeof labels,
+                 "topic=\"%s\",event=\"push_failed\"", topic);
+        lc->v->value(lc->v->ud, fam, labels, (double)p->failed);
+    }
+}
+
+/* Topics that never pushed are left out of the push families. */
+static void emit_topic_push(void *ud, struct hnode *n) {
+    struct topic_m *tm = (struct topic_m *)n;
+    if (tm->push.dur.count || tm->push.inflight)
+        emit_push_series(ud, tm->name, &tm->push);
+}
+
+static void emit_push(const struct metrics *m, const struct family *f,
+                      const struct metrics_visitor *v) {
+    struct lag_ctx lc = {f, v};
+    htab_foreach(&m->topics, emit_topic_push, &lc);
+    if (m->push_other.dur.count || m->push_other.inflight)
+        emit_push_series(&lc, "_other", &m->push_other);
+}
+
 static void emit_clients(const struct metrics *m, const struct family *f,
                          const struct metrics_visitor *v) {
     v->value(v->ud, f->name, "", (double)m->clients);
@@ -189,6 +287,14 @@ static const struct family families[] = {
      emit_clients},
     {"delayq_blocked_clients", "gauge", "Clients waiting in RESERVE", emit_blocked},
     {"delayq_store_up", "gauge", "1 when the store answers, else 0", emit_store_up},
+    {"delayq_jobs_total", "counter",
+     "Jobs by event: pushed (a 2xx, acked) and push_failed (gave up: dead)",
+     emit_push},
+    {"delayq_push_duration_seconds", "histogram",
+     "Time from a push's start to the receiver's answer (or its failure)",
+     emit_push},
+    {"delayq_push_inflight", "gauge", "Pushes waiting for their receiver",
+     emit_push},
 };
 
 void metrics_visit(const struct metrics *m, const struct metrics_visitor *v) {

@@ -39,6 +39,23 @@ int64_t metrics_clients_now(const struct metrics *m);
 void metrics_set_gauge_fn(struct metrics *m, int64_t (*blocked)(void *ud),
                           int64_t (*store_up)(void *ud), void *ud);
 
+/* Push delivery (§9): a push to topic's receiver started; it ended after
+ * usec with an outcome. */
+enum { METRICS_PUSHED, METRICS_PUSH_RETRY, METRICS_PUSH_FAILED };
+void metrics_push_begin(struct metrics *m, struct dq_str topic);
+void metrics_push_end(struct metrics *m, struct dq_str topic, int64_t usec,
+                      int outcome);
+/* Pushes acked and given up, of topic (len 0 = all; 0 for a topic past
+ * max_topics, whose figures are summed under "_other"). */
+void metrics_push_counts(const struct metrics *m, struct dq_str topic,
+                         uint64_t *pushed, uint64_t *failed);
+struct metrics_push {
+    uint64_t pushed, failed;
+    int64_t inflight;
+    const struct hist *duration;
+};
+void metrics_push_totals(const struct metrics *m, struct metrics_push *out);
+
 /* Fire lag over all topics (for INFO and the dashboard). */
 const struct hist *metrics_fire_lag_all(const struct metrics *m);
 

@@ -163,7 +163,8 @@ static void done_get(void *pd, const struct dq_result *res) {
     } else {
         const struct dq_job *j = &res->jobs[0];
         bool reserved = j->state == DQ_RESERVED;
-        resp_map_v(b, proto, reserved ? 10 : 9);
+        bool push = j->url.len > 0;
+        resp_map_v(b, proto, (reserved ? 10 : 9) + (push ? 2 : 0));
         field_str(b, "topic", j->topic);
         field_str(b, "id", j->id);
         resp_bulk_str(b, "state");
@@ -175,6 +176,14 @@ static void done_get(void *pd, const struct dq_result *res) {
         field_int(b, "attempts", j->attempts);
         field_int(b, "created", j->created);
         if (reserved) field_int(b, "deadline", j->deadline);
+        if (push) {
+            field_str(b, "url", j->url);
+            field_str(b, "content_type",
+                      j->content_type.len
+                          ? j->content_type
+                          : (struct dq_str){DQ_CTYPE_DEFAULT,
+                                            sizeof DQ_CTYPE_DEFAULT - 1});
+        }
     }
     req_done(r);
 }
@@ -206,7 +215,7 @@ static void done_stats(void *pd, const struct dq_result *res) {
     struct buf *b = render_start(r, res);
     if (!b) return;
     const struct dq_stats *s = res->stats;
-    resp_map_v(b, req_proto(r), 12);
+    resp_map_v(b, req_proto(r), 14);
     field_int(b, "jobs_delayed", (int64_t)s->jobs[DQ_DELAYED]);
     field_int(b, "jobs_ready", (int64_t)s->jobs[DQ_READY]);
     field_int(b, "jobs_reserved", (int64_t)s->jobs[DQ_RESERVED]);
@@ -219,6 +228,8 @@ static void done_stats(void *pd, const struct dq_result *res) {
     field_int(b, "dead", (int64_t)s->dead);
     field_int(b, "deleted", (int64_t)s->deleted);
     field_int(b, "kicked", (int64_t)s->kicked);
+    field_int(b, "pushed", (int64_t)s->pushed);
+    field_int(b, "push_failed", (int64_t)s->push_failed);
     req_done(r);
 }
 
@@ -253,7 +264,8 @@ static void done_reserve(void *pd, const struct dq_result *res) {
 
 #define ADD_USAGE                                                            \
     "ADD topic id body [DELAY ms | AT unix-ms] [TTR ms] [RETRIES n] "        \
-    "[BACKOFF EXP base-ms max-ms | BACKOFF FIXED ms] [REPLACE]"
+    "[BACKOFF EXP base-ms max-ms | BACKOFF FIXED ms] [REPLACE] "          \
+    "[URL url [CONTENT-TYPE type]]"
 
 static void cmd_add(struct conn *c, struct resp_arg *argv, size_t argc) {
     struct core_add a = CORE_ADD_INIT;
@@ -286,6 +298,10 @@ static void cmd_add(struct conn *c, struct resp_arg *argv, size_t argc) {
             i += 3;
         } else if (arg_is(o, "REPLACE")) {
             a.replace = true;
+        } else if (arg_is(o, "URL") && more) {
+            a.url = str_of(&argv[++i]);
+        } else if (arg_is(o, "CONTENT-TYPE") && more) {
+            a.content_type = str_of(&argv[++i]);
         } else {
             syntax_error(c, o, ADD_USAGE);
             return;
@@ -668,12 +684,21 @@ static void cmd_info(struct conn *c, struct resp_arg *argv, size_t argc) {
                 "\r\nrejected_connections:%" PRIu64
                 "\r\ntotal_commands_processed:%" PRIu64
                 "\r\nfire_lag_count:%" PRIu64 "\r\nfire_lag_p50_ms:%.3f"
-                "\r\nfire_lag_p99_ms:%.3f\r\n\r\n# Store\r\n",
+                "\r\nfire_lag_p99_ms:%.3f\r\n\r\n",
                 f->cfg.port, (now - f->started_ms) / 1000,
                 metrics_clients_now(m), core_blocked(f->core),
                 f->cfg.maxclients, f->total_conns, f->rejected_conns,
                 f->total_cmds, lag->count, hist_quantile(lag, 0.5) * 1000,
                 hist_quantile(lag, 0.99) * 1000);
+    struct metrics_push mp;
+    metrics_push_totals(m, &mp);
+    buf_appendf(&text,
+                "# Push\r\npushed:%" PRIu64 "\r\npush_failed:%" PRIu64
+                "\r\npush_inflight:%" PRId64 "\r\npush_duration_p50_ms:%.3f"
+                "\r\npush_duration_p99_ms:%.3f\r\n\r\n# Store\r\n",
+                mp.pushed, mp.failed, mp.inflight,
+                hist_quantile(mp.duration, 0.5) * 1000,
+                hist_quantile(mp.duration, 0.99) * 1000);
     buf_appendf(&text, "store:%s\r\n", core_store_name(f->core));
     core_store_info(f->core, info_emit, &text);
     buf_appendf(&text, "\r\n# Metrics\r\n");
