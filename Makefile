@@ -5,7 +5,7 @@
 .DEFAULT_GOAL := all
 CC      ?= cc
 PYTHON  := /usr/bin/python3
-PKGS    := libevent hiredis jansson
+PKGS    := libevent hiredis jansson libcurl libcrypto
 WARN    := -Wall -Wextra -Werror -Wformat=2 -Wshadow -Wno-unused-parameter \
            -Wstrict-prototypes -Wmissing-prototypes
 CFLAGS  := -std=gnu11 -g -O2 $(WARN) -Isrc -D_GNU_SOURCE
@@ -16,12 +16,13 @@ SAN     := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-re
 # first: a lower layer that called into a higher one would not link. The
 # include rule is checked too (`make layers`): a file includes headers of
 # its own layer and the layers below only.
-LAYERS     := lib proto engine store core front
+LAYERS     := lib proto engine store core push front
 lib_SRC    := $(wildcard src/lib/*.c) src/job.c
 proto_SRC  := $(wildcard src/proto/*.c)
 engine_SRC := $(wildcard src/engine/*.c)
 store_SRC  := $(wildcard src/store/*.c)
 core_SRC   := $(wildcard src/core/*.c)
+push_SRC   := $(wildcard src/push/*.c)
 front_SRC  := $(wildcard src/front/*/*.c)
 SERVER_SRC := $(filter-out src/server/main.c,$(wildcard src/server/*.c))
 CLI_SRC    := $(wildcard src/cli/*.c)
@@ -45,7 +46,7 @@ UNIT_TESTS := $(patsubst tests/unit/%.c,%,$(wildcard tests/unit/test_*.c))
 
 obj = $(patsubst build/gen/%.c,build/$(1)/gen/%.o,$(patsubst src/%.c,build/$(1)/%.o,$(2)))
 # The archives of a build kind, top layer first (the link order).
-archives = $(foreach l,front core store engine proto lib,build/$(1)/libdq_$(l).a)
+archives = $(foreach l,front push core store engine proto lib,build/$(1)/libdq_$(l).a)
 
 define layer_rules
 build/rel/libdq_$(1).a: $$(call obj,rel,$$($(1)_SRC))

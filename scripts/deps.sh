@@ -5,8 +5,8 @@
 # happens when all are present, so every make target can call it cheaply.
 set -e
 
-build="gcc make pkg-config libevent-dev libhiredis-dev libjansson-dev"
-test="$build libcmocka-dev python3 python3-pytest python3-redis redis-server redis-tools"
+build="gcc make pkg-config libevent-dev libhiredis-dev libjansson-dev libcurl4-openssl-dev libssl-dev"
+test="$build libcmocka-dev python3 python3-pytest python3-redis redis-server redis-tools openssl"
 fuzz="$build clang libclang-rt-14-dev"
 bench="$test beanstalkd"
 

@@ -278,6 +278,13 @@ void core_nack(struct core *c, struct dq_str topic, struct dq_str id,
                  call_done, call_new(c, M_NACK, cb, pd));
 }
 
+void core_bury(struct core *c, struct dq_str topic, struct dq_str id,
+               core_cb *cb, void *pd) {
+    if (!check_key(c, topic, &id, 1, cb, pd)) return;
+    c->ops->nack(c->store, topic, id, DQ_NACK_DEAD, call_done,
+                 call_new(c, M_NACK, cb, pd));
+}
+
 void core_touch(struct core *c, struct dq_str topic, struct dq_str id,
                 int64_t ttr, core_cb *cb, void *pd) {
     if (!check_key(c, topic, &id, 1, cb, pd) ||

@@ -95,6 +95,10 @@ void core_ack(struct core *c, struct dq_str topic, const struct dq_str *ids,
 /* delay CORE_UNSET = the job's backoff. res: n = the new enum dq_state. */
 void core_nack(struct core *c, struct dq_str topic, struct dq_str id,
                int64_t delay, core_cb *cb, void *pd);
+/* A reserved job goes dead at once, whatever its retries (the pusher, on
+ * a receiver's 410 Gone). res: n = DQ_DEAD. Errors: NOTRESERVED. */
+void core_bury(struct core *c, struct dq_str topic, struct dq_str id,
+               core_cb *cb, void *pd);
 /* ttr CORE_UNSET = the job's own. res: n = the new deadline. */
 void core_touch(struct core *c, struct dq_str topic, struct dq_str id,
                 int64_t ttr, core_cb *cb, void *pd);

@@ -12,7 +12,9 @@
 
 #define DELAYQ_VERSION "0.1.0"
 
-enum opt_kind { OPT_STR, OPT_PORT, OPT_U64, OPT_FSYNC, OPT_LEVEL, OPT_FLAG };
+enum opt_kind {
+    OPT_STR, OPT_LIST, OPT_PORT, OPT_U64, OPT_FSYNC, OPT_LEVEL, OPT_FLAG
+};
 
 struct opt {
     const char *name;
@@ -42,6 +44,18 @@ static const struct opt opts[] = {
     {"max-output", OPT_U64, F(max_output), "67108864",
      "reply bytes a client may leave unread before it is dropped"},
     {"log-level", OPT_LEVEL, F(log_level), "info", "debug | info | warn | error"},
+    {"push-secret", OPT_LIST, F(push_secret), NULL,
+     "push: signing secret (whsec_BASE64 or any string); give several, or "
+     "a comma-separated list, to rotate"},
+    {"push-ca", OPT_STR, F(push_ca), NULL,
+     "push: CA bundle (PEM) https receivers are checked against"},
+    {"push-allow", OPT_STR, F(push_allow), NULL,
+     "push: allowed receiver hosts, comma-separated patterns "
+     "(*.example.com); absent = any"},
+    {"push-timeout", OPT_U64, F(push_timeout), "30000",
+     "push: ms to wait for a receiver (never longer than the job's TTR)"},
+    {"push-concurrency", OPT_U64, F(push_concurrency), "64",
+     "push: most deliveries in flight per topic"},
     {"repair", OPT_FLAG, F(repair), NULL,
      "truncate a corrupt log at the first bad record instead of refusing "
      "to start"},
@@ -65,6 +79,17 @@ static int set_opt(struct config *cfg, const struct opt *o, const char *v,
         free(*(char **)field);
         *(char **)field = v ? xstrndup(v, strlen(v)) : NULL;
         return 0;
+    case OPT_LIST: { /* each time given adds to the list */
+        char **f = (char **)field;
+        size_t old = *f ? strlen(*f) : 0, n = strlen(v);
+        char *s = xmalloc(old + 1 + n + 1);
+        if (old) memcpy(s, *f, old);
+        if (old) s[old++] = ',';
+        memcpy(s + old, v, n + 1);
+        free(*f);
+        *f = s;
+        return 0;
+    }
     case OPT_PORT:
         errno = 0;
         u = strtoull(v, &end, 10);
@@ -215,6 +240,14 @@ int config_load(struct config *cfg, int argc, char **argv, char *err,
         snprintf(err, errlen, "--max-body must be at most 536870912");
         return -1;
     }
+    if (cfg->push_concurrency < 1 || cfg->push_concurrency > 10000) {
+        snprintf(err, errlen, "--push-concurrency must be from 1 to 10000");
+        return -1;
+    }
+    if (cfg->push_timeout < 1 || cfg->push_timeout > 3600000) {
+        snprintf(err, errlen, "--push-timeout must be from 1 to 3600000 ms");
+        return -1;
+    }
     if (cfg->maxclients == 0) {
         snprintf(err, errlen, "--maxclients must be at least 1");
         return -1;
@@ -224,7 +257,7 @@ int config_load(struct config *cfg, int argc, char **argv, char *err,
 
 void config_free(struct config *cfg) {
     for (size_t i = 0; i < NOPTS; i++)
-        if (opts[i].kind == OPT_STR) {
+        if (opts[i].kind == OPT_STR || opts[i].kind == OPT_LIST) {
             char **f = (char **)((char *)cfg + opts[i].off);
             free(*f);
             *f = NULL;

@@ -25,6 +25,12 @@ struct config {
     uint64_t max_output;  /* per-client reply bytes before it is dropped */
     int log_level;        /* enum log_level */
     bool repair;
+    /* push delivery (§9) */
+    char *push_secret;    /* comma-separated signing secrets */
+    char *push_ca;        /* CA bundle for https receivers */
+    char *push_allow;     /* host patterns, comma-separated */
+    uint64_t push_timeout;     /* ms */
+    uint64_t push_concurrency; /* per topic */
 };
 
 /* Fills *cfg from argv (and a --config file it names). Returns 0, 1 when

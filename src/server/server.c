@@ -18,11 +18,14 @@
 #include "lib/clock.h"
 #include "lib/htab.h"
 #include "lib/log.h"
+#include "push/push.h"
 #include "server/server.h"
 
 #define STOP_GRACE_MS 4000
 
-static bool idle(struct server *srv) { return resp_front_idle(srv->resp); }
+static bool idle(struct server *srv) {
+    return resp_front_idle(srv->resp) && pusher_idle(srv->pusher);
+}
 
 static void stop_check_cb(evutil_socket_t fd, short what, void *arg) {
     struct server *srv = arg;
@@ -40,6 +43,7 @@ static void begin_stop(struct server *srv, const char *why) {
     srv->stopping = true;
     srv->stop_deadline = clock_ms() + STOP_GRACE_MS;
     core_stop(srv->core); /* RESERVEs read below do not block */
+    pusher_stop(srv->pusher); /* deliveries in flight finish */
     resp_front_stop(srv->resp);
     core_stop(srv->core); /* and those blocked before answer now */
     stop_check_cb(-1, 0, srv);
@@ -87,6 +91,7 @@ int server_init(struct server *srv, struct config *cfg) {
             .max_jobs = cfg->max_jobs,
         },
         .max_body = cfg->max_body,
+        .push_allow = cfg->push_allow,
     };
     if (!cc.ops) {
         log_error("unsupported --store '%s': expected redis://host:port or "
@@ -100,6 +105,18 @@ int server_init(struct server *srv, struct config *cfg) {
         return -1;
     }
     metrics_set_gauge_fn(core_metrics(srv->core), blocked, NULL, srv);
+
+    struct pusher_config pc = {
+        .secrets = cfg->push_secret,
+        .ca_file = cfg->push_ca,
+        .timeout_ms = (int64_t)cfg->push_timeout,
+        .concurrency = (uint32_t)cfg->push_concurrency,
+    };
+    srv->pusher = pusher_new(srv->base, srv->core, &pc, err, sizeof err);
+    if (!srv->pusher) {
+        log_error("%s", err);
+        return -1;
+    }
 
     struct resp_front_config rc = {
         .bind = cfg->bind,
@@ -133,6 +150,7 @@ int server_run(struct server *srv) {
 
 void server_free(struct server *srv) {
     resp_front_free(srv->resp);
+    pusher_free(srv->pusher);
     core_close(srv->core);
     resp_front_cache_free();
     if (srv->sig_term) event_free(srv->sig_term);

@@ -20,12 +20,14 @@ struct core;
 struct event;
 struct event_base;
 struct resp_front;
+struct pusher;
 
 struct server {
     struct event_base *base;
     struct config cfg;
     struct core *core;
     struct resp_front *resp;
+    struct pusher *pusher; /* push delivery (§9) */
     struct event *sig_term, *sig_int, *stop_timer;
     bool stopping;
     int64_t stop_deadline;

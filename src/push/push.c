@@ -1,0 +1,706 @@
+/* push.c -- push delivery; see push.h.
+ *
+ * Topics. The pusher keeps one `struct ptopic` per topic it has heard of:
+ * `dirty` says the topic may hold ready push jobs (the core said so, or the
+ * last reserve came back full), `reserving` that a reserve is in flight
+ * (one at a time per topic), `held` how many of its jobs the pusher holds
+ * (reserved, being POSTed or settled). Dirty topics with room queue on a
+ * list that one loop event drains, so the core's notifications (which may
+ * arrive inside any store call) never call back into the core.
+ *
+ * Deliveries. A reserved job is copied into a `struct delivery` (one
+ * allocation: the struct, then topic, id, body and URL) and handed to the
+ * multi handle; curl tells which sockets to watch (socket_cb) and when to
+ * time out (timer_cb), and the loop calls curl_multi_socket_action back.
+ * When curl is done with a transfer, the answer picks ACK, NACK or dead
+ * (settle); the delivery ends when the core has completed that call.
+ */
+#include "push/push.h"
+
+#include <curl/curl.h>
+#include <event2/event.h>
+#include <inttypes.h>
+#include <openssl/core_names.h>
+#include <openssl/evp.h>
+#include <openssl/params.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "core/core.h"
+#include "core/metrics.h"
+#include "lib/clock.h"
+#include "lib/htab.h"
+#include "lib/log.h"
+#include "lib/url.h"
+#include "lib/xalloc.h"
+
+#define SECRETS_MAX 8
+#define KEY_MAX 256
+#define RETRY_MS 1000 /* a reserve that failed (store down) is retried */
+
+struct ptopic {
+    struct hnode hn;
+    uint64_t hash;
+    struct pusher *p;
+    struct ptopic *next; /* on the pusher's queue */
+    uint32_t held;       /* jobs reserved and not yet settled */
+    bool dirty, reserving, again, queued;
+    size_t len;
+    char name[];
+};
+
+struct secret {
+    unsigned char key[KEY_MAX];
+    size_t len;
+};
+
+struct delivery {
+    struct delivery *prev, *next; /* the pusher's list of deliveries */
+    struct pusher *p;             /* NULL once the pusher is gone */
+    struct ptopic *t;
+    CURL *easy;
+    struct curl_slist *hdrs;
+    int64_t start_us, end_us, due;
+    uint32_t attempts, ttr, backoff_cap;
+    long status;     /* HTTP status, 0 = none */
+    CURLcode result;
+    struct dq_str id, body, url;
+    char err[CURL_ERROR_SIZE];
+    char data[];     /* id, body, url, then NUL */
+};
+
+struct pusher {
+    struct event_base *base;
+    struct core *core;
+    struct metrics *metrics;
+    struct pusher_config cfg;
+    CURLM *multi;
+    struct event *timer;   /* curl's timeout */
+    struct event *pump;    /* drains the queue of dirty topics */
+    struct event *retry;   /* after a failed reserve */
+    struct htab topics;    /* struct ptopic by name */
+    struct ptopic *queue;  /* dirty topics with room */
+    struct secret secrets[SECRETS_MAX];
+    size_t nsecrets;
+    EVP_MAC *mac;
+    CURL *idle[64];        /* easy handles kept for reuse */
+    size_t nidle;
+    uint64_t inflight;     /* deliveries not yet ended */
+    struct delivery *all;  /* every delivery not yet ended */
+    bool stopping;
+};
+
+/* --- signatures ------------------------------------------------------------ */
+
+static EVP_MAC *hmac_fetch(void) { return EVP_MAC_fetch(NULL, "HMAC", NULL); }
+
+/* HMAC-SHA256 over the three parts of a Standard Webhooks message. */
+static int hmac3(EVP_MAC *mac, const void *key, size_t keylen,
+                 const struct dq_str *parts, size_t nparts,
+                 unsigned char out[32]) {
+    EVP_MAC_CTX *ctx = EVP_MAC_CTX_new(mac);
+    if (!ctx) return -1;
+    char digest[] = "SHA256";
+    OSSL_PARAM params[] = {
+        OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0),
+        OSSL_PARAM_construct_end()};
+    size_t n = 0;
+    int ok = EVP_MAC_init(ctx, key, keylen, params);
+    for (size_t i = 0; ok && i < nparts; i++)
+        ok = EVP_MAC_update(ctx, (const unsigned char *)parts[i].p,
+                            parts[i].len);
+    ok = ok && EVP_MAC_final(ctx, out, &n, 32);
+    EVP_MAC_CTX_free(ctx);
+    return ok && n == 32 ? 0 : -1;
+}
+
+static int sign_with(EVP_MAC *mac, const void *key, size_t keylen,
+                     const char *id, size_t idlen, int64_t ts,
+                     const void *body, size_t bodylen, char *out) {
+    char tsbuf[24];
+    int tslen = snprintf(tsbuf, sizeof tsbuf, "%" PRId64, ts);
+    struct dq_str parts[] = {{id, idlen}, {".", 1}, {tsbuf, (size_t)tslen},
+                             {".", 1}, {body, bodylen}};
+    unsigned char mac32[32];
+    if (hmac3(mac, key, keylen, parts, 5, mac32) != 0) return -1;
+    memcpy(out, "v1,", 3);
+    EVP_EncodeBlock((unsigned char *)out + 3, mac32, 32); /* 44 + NUL */
+    return 0;
+}
+
+int push_sign(const void *key, size_t keylen, const char *id, size_t idlen,
+              int64_t ts, const void *body, size_t bodylen, char *out) {
+    EVP_MAC *mac = hmac_fetch();
+    if (!mac) return -1;
+    int rc = sign_with(mac, key, keylen, id, idlen, ts, body, bodylen, out);
+    EVP_MAC_free(mac);
+    return rc;
+}
+
+/* One --push-secret: "whsec_BASE64" (Standard Webhooks: the key is the
+ * decoded bytes) or any other string (the key is its bytes). */
+static const char *parse_secret(const char *s, size_t len, struct secret *out) {
+    if (len == 0) return "an empty --push-secret";
+    if (len > 6 && strncmp(s, "whsec_", 6) == 0) {
+        const char *b = s + 6;
+        size_t blen = len - 6;
+        if (blen % 4 || blen / 4 * 3 > KEY_MAX)
+            return "a whsec_ --push-secret must be base64 (up to 256 bytes)";
+        int n = EVP_DecodeBlock(out->key, (const unsigned char *)b, (int)blen);
+        if (n < 0) return "a whsec_ --push-secret must be base64";
+        if (blen >= 1 && b[blen - 1] == '=') n--;
+        if (blen >= 2 && b[blen - 2] == '=') n--;
+        out->len = (size_t)n;
+        return NULL;
+    }
+    if (len > KEY_MAX) return "a --push-secret is at most 256 bytes";
+    memcpy(out->key, s, len);
+    out->len = len;
+    return NULL;
+}
+
+/* --- Retry-After ----------------------------------------------------------- */
+
+int64_t push_retry_after(const char *v, int64_t now_s) {
+    while (*v == ' ') v++;
+    if (*v >= '0' && *v <= '9') {
+        char *end;
+        long long s = strtoll(v, &end, 10);
+        while (*end == ' ') end++;
+        return *end ? -1 : (s > INT32_MAX ? INT32_MAX : s);
+    }
+    time_t at = curl_getdate(v, NULL);
+    if (at < 0) return -1;
+    return at > now_s ? (int64_t)at - now_s : 0;
+}
+
+/* --- topics ---------------------------------------------------------------- */
+
+static uint64_t ptopic_hash(const struct hnode *n) {
+    return ((const struct ptopic *)n)->hash;
+}
+
+static struct ptopic *topic_get(struct pusher *p, struct dq_str name) {
+    uint64_t h = htab_hash_bytes(name.p, name.len);
+    for (struct hnode *n = htab_bucket(&p->topics, h); n; n = n->next) {
+        struct ptopic *t = (struct ptopic *)n;
+        if (t->hash == h && t->len == name.len &&
+            memcmp(t->name, name.p, name.len) == 0)
+            return t;
+    }
+    struct ptopic *t = xcalloc(1, sizeof *t + name.len);
+    t->hash = h;
+    t->p = p;
+    t->len = name.len;
+    memcpy(t->name, name.p, name.len);
+    htab_insert(&p->topics, &t->hn, h);
+    return t;
+}
+
+static struct dq_str topic_name(const struct ptopic *t) {
+    return (struct dq_str){t->name, t->len};
+}
+
+/* A topic with nothing to do is forgotten (topics used once do not pile
+ * up); the core tells again when it has jobs. */
+static void topic_maybe_free(struct pusher *p, struct ptopic *t) {
+    if (t->held || t->dirty || t->reserving || t->queued) return;
+    htab_remove(&p->topics, &t->hn, t->hash);
+    dq_free(t);
+}
+
+/* Queues t for a reserve if it may have jobs and has room. */
+static void topic_kick(struct pusher *p, struct ptopic *t) {
+    if (!t->dirty || t->queued || t->reserving || p->stopping ||
+        t->held >= p->cfg.concurrency)
+        return;
+    t->queued = true;
+    t->next = p->queue;
+    p->queue = t;
+    event_active(p->pump, 0, 0);
+}
+
+static void on_push_ready(void *ud, struct dq_str topic, int64_t hint) {
+    struct pusher *p = ud;
+    struct ptopic *t = topic_get(p, topic);
+    t->dirty = true;
+    if (t->reserving) t->again = true;
+    topic_kick(p, t);
+}
+
+/* --- settling a delivery --------------------------------------------------- */
+
+static void easy_put(struct pusher *p, CURL *e) {
+    if (p->nidle < sizeof p->idle / sizeof p->idle[0]) {
+        curl_easy_reset(e);
+        p->idle[p->nidle++] = e;
+    } else {
+        curl_easy_cleanup(e);
+    }
+}
+
+static void delivery_free(struct delivery *d) {
+    curl_slist_free_all(d->hdrs);
+    dq_free(d);
+}
+
+/* The delivery is over: its job was settled (or abandoned). */
+static void delivery_end(struct delivery *d) {
+    struct pusher *p = d->p;
+    struct ptopic *t = d->t;
+    if (d->prev) d->prev->next = d->next;
+    else p->all = d->next;
+    if (d->next) d->next->prev = d->prev;
+    if (d->easy) easy_put(p, d->easy);
+    d->easy = NULL;
+    t->held--;
+    p->inflight--;
+    delivery_free(d);
+    topic_kick(p, t);
+    topic_maybe_free(p, t);
+}
+
+static void host_of(const struct delivery *d, struct dq_str *host) {
+    struct url_parts u;
+    if (url_split(d->url.p, d->url.len, &u) == NULL)
+        *host = (struct dq_str){u.host, u.host_len};
+    else
+        *host = (struct dq_str){"?", 1};
+}
+
+/* What went wrong, for the log. */
+static void describe(const struct delivery *d, char *out, size_t n) {
+    if (d->result == CURLE_OK)
+        snprintf(out, n, "HTTP %ld", d->status);
+    else
+        snprintf(out, n, "%s", d->err[0] ? d->err : curl_easy_strerror(d->result));
+}
+
+static void settled_cb(void *pd, const struct dq_result *res) {
+    struct delivery *d = pd;
+    struct pusher *p = d->p;
+    if (!p) { /* the pusher went first (pusher_free) */
+        delivery_free(d);
+        return;
+    }
+    bool ok = d->result == CURLE_OK && d->status >= 200 && d->status < 300;
+    int outcome = METRICS_PUSH_RETRY;
+    if (ok && res->status == DQ_OK) {
+        outcome = METRICS_PUSHED;
+    } else if (!ok && res->status == DQ_OK && res->n == DQ_DEAD) {
+        outcome = METRICS_PUSH_FAILED;
+        struct dq_str host;
+        char why[CURL_ERROR_SIZE + 32];
+        host_of(d, &host);
+        describe(d, why, sizeof why);
+        log_warn("push of %.*s/%.*s to %.*s failed for good after %" PRIu32
+                 " attempt(s): %s (the job is dead; KICK delivers it again)",
+                 (int)d->t->len, d->t->name, (int)d->id.len, d->id.p,
+                 (int)host.len, host.p, d->attempts, why);
+    } else if (res->status != DQ_OK && res->status != DQ_NOTRESERVED) {
+        /* the store refused the change: the lease brings the job back */
+        log_warn("push of %.*s/%.*s: cannot settle it: %s", (int)d->t->len,
+                 d->t->name, (int)d->id.len, d->id.p,
+                 res->errmsg ? res->errmsg : dq_status_code(res->status));
+    }
+    metrics_push_end(p->metrics, topic_name(d->t), d->end_us - d->start_us,
+                     outcome);
+    delivery_end(d);
+}
+
+/* The answer decides: ACK, NACK (with Retry-After or the backoff) or dead. */
+static void settle(struct delivery *d) {
+    struct pusher *p = d->p;
+    struct dq_str topic = topic_name(d->t);
+    d->end_us = clock_us();
+    curl_off_t pre = 0;
+    if (d->easy &&
+        curl_easy_getinfo(d->easy, CURLINFO_PRETRANSFER_TIME_T, &pre) ==
+            CURLE_OK &&
+        pre > 0)
+        metrics_fire_lag(p->metrics, topic, d->start_us + pre - d->due * 1000);
+    if (d->easy && d->result == CURLE_OK)
+        curl_easy_getinfo(d->easy, CURLINFO_RESPONSE_CODE, &d->status);
+    long st = d->status;
+    if (d->result == CURLE_OK && st >= 200 && st < 300) {
+        core_ack(p->core, topic, &d->id, 1, settled_cb, d);
+        return;
+    }
+    if (d->result == CURLE_OK && st == 410) {
+        core_bury(p->core, topic, d->id, settled_cb, d);
+        return;
+    }
+    int64_t delay = CORE_UNSET;
+    struct curl_header *h;
+    if (d->result == CURLE_OK && (st == 429 || st == 503) &&
+        curl_easy_header(d->easy, "Retry-After", 0, CURLH_HEADER, -1, &h) ==
+            CURLHE_OK) {
+        int64_t s = push_retry_after(h->value, clock_ms() / 1000);
+        if (s >= 0) delay = s * 1000 > d->backoff_cap ? d->backoff_cap : s * 1000;
+    }
+    core_nack(p->core, topic, d->id, delay, settled_cb, d);
+}
+
+/* --- curl on the loop ------------------------------------------------------ */
+
+static void check_done(struct pusher *p) {
+    CURLMsg *m;
+    int left;
+    while ((m = curl_multi_info_read(p->multi, &left))) {
+        if (m->msg != CURLMSG_DONE) continue;
+        CURL *e = m->easy_handle;
+        CURLcode rc = m->data.result;
+        struct delivery *d = NULL;
+        curl_easy_getinfo(e, CURLINFO_PRIVATE, (char **)&d);
+        curl_multi_remove_handle(p->multi, e);
+        d->result = rc;
+        settle(d);
+    }
+}
+
+static void sock_event_cb(evutil_socket_t fd, short what, void *arg) {
+    struct pusher *p = arg;
+    int flags = (what & EV_READ ? CURL_CSELECT_IN : 0) |
+                (what & EV_WRITE ? CURL_CSELECT_OUT : 0);
+    int running;
+    curl_multi_socket_action(p->multi, fd, flags, &running);
+    check_done(p);
+}
+
+static int socket_cb(CURL *e, curl_socket_t s, int what, void *userp,
+                     void *socketp) {
+    struct pusher *p = userp;
+    struct event *ev = socketp;
+    if (what == CURL_POLL_REMOVE) {
+        if (ev) event_free(ev);
+        return 0;
+    }
+    short kind = (short)((what & CURL_POLL_IN ? EV_READ : 0) |
+                         (what & CURL_POLL_OUT ? EV_WRITE : 0) | EV_PERSIST);
+    if (ev) {
+        event_del(ev);
+        event_assign(ev, p->base, s, kind, sock_event_cb, p);
+    } else {
+        ev = event_new(p->base, s, kind, sock_event_cb, p);
+        curl_multi_assign(p->multi, s, ev);
+    }
+    event_add(ev, NULL);
+    return 0;
+}
+
+static void timer_event_cb(evutil_socket_t fd, short what, void *arg) {
+    struct pusher *p = arg;
+    int running;
+    curl_multi_socket_action(p->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+    check_done(p);
+}
+
+static int timer_cb(CURLM *m, long timeout_ms, void *userp) {
+    struct pusher *p = userp;
+    if (timeout_ms < 0) {
+        evtimer_del(p->timer);
+        return 0;
+    }
+    struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
+    evtimer_add(p->timer, &tv);
+    return 0;
+}
+
+static size_t discard_cb(char *ptr, size_t size, size_t n, void *ud) {
+    return size * n;
+}
+
+/* --- starting a delivery ----------------------------------------------------- */
+
+static void add_header(struct delivery *d, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void add_header(struct delivery *d, const char *fmt, ...) {
+    char line[DQ_TOPIC_MAX + DQ_ID_MAX + 64 + SECRETS_MAX * PUSH_SIG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    struct curl_slist *l = curl_slist_append(d->hdrs, line);
+    if (l) d->hdrs = l;
+}
+
+/* The headers of §9. */
+static void build_headers(struct pusher *p, struct delivery *d,
+                          const struct dq_job *j) {
+    int64_t ts = clock_ms() / 1000;
+    char wid[DQ_TOPIC_MAX + DQ_ID_MAX + 2];
+    int widlen = snprintf(wid, sizeof wid, "%.*s/%.*s", (int)j->topic.len,
+                          j->topic.p, (int)j->id.len, j->id.p);
+    struct dq_str ct = j->content_type;
+    if (ct.len == 0) ct = (struct dq_str){DQ_CTYPE_DEFAULT, strlen(DQ_CTYPE_DEFAULT)};
+    add_header(d, "Content-Type: %.*s", (int)ct.len, ct.p);
+    add_header(d, "webhook-id: %s", wid);
+    add_header(d, "webhook-timestamp: %" PRId64, ts);
+    if (p->nsecrets) {
+        char sigs[SECRETS_MAX * (PUSH_SIG_MAX + 1)];
+        size_t off = 0;
+        for (size_t i = 0; i < p->nsecrets; i++) {
+            char one[PUSH_SIG_MAX];
+            if (sign_with(p->mac, p->secrets[i].key, p->secrets[i].len, wid,
+                          (size_t)widlen, ts, d->body.p, d->body.len,
+                          one) != 0)
+                continue;
+            off += (size_t)snprintf(sigs + off, sizeof sigs - off, "%s%s",
+                                    off ? " " : "", one);
+        }
+        add_header(d, "webhook-signature: %s", sigs);
+    }
+    add_header(d, "delayq-topic: %.*s", (int)j->topic.len, j->topic.p);
+    add_header(d, "delayq-attempt: %" PRIu32, j->attempts);
+    add_header(d, "delayq-due: %" PRId64, j->due);
+    add_header(d, "Expect:"); /* no 100-continue round trip */
+}
+
+static void delivery_start(struct pusher *p, struct ptopic *t,
+                           const struct dq_job *j) {
+    struct delivery *d = xcalloc(
+        1, sizeof *d + j->id.len + j->body.len + j->url.len + 1);
+    d->p = p;
+    d->t = t;
+    char *q = d->data;
+    memcpy(q, j->id.p, j->id.len);
+    d->id = (struct dq_str){q, j->id.len};
+    q += j->id.len;
+    if (j->body.len) memcpy(q, j->body.p, j->body.len);
+    d->body = (struct dq_str){q, j->body.len};
+    q += j->body.len;
+    memcpy(q, j->url.p, j->url.len);
+    d->url = (struct dq_str){q, j->url.len};
+    q[j->url.len] = '\0';
+    d->due = j->due;
+    d->attempts = j->attempts;
+    d->ttr = j->ttr;
+    d->backoff_cap = j->backoff.kind == DQ_BACKOFF_FIXED ? j->backoff.base
+                                                          : j->backoff.max;
+    d->start_us = clock_us();
+    d->next = p->all;
+    if (p->all) p->all->prev = d;
+    p->all = d;
+    t->held++;
+    p->inflight++;
+    metrics_push_begin(p->metrics, topic_name(t));
+
+    /* a host struck off --push-allow since the ADD is never called */
+    struct url_parts u;
+    if (url_split(d->url.p, d->url.len, &u) != NULL ||
+        !core_push_allowed(p->core, (struct dq_str){u.host, u.host_len})) {
+        d->result = CURLE_URL_MALFORMAT;
+        snprintf(d->err, sizeof d->err, "host not allowed by --push-allow");
+        d->end_us = d->start_us;
+        core_bury(p->core, topic_name(t), d->id, settled_cb, d);
+        return;
+    }
+
+    CURL *e = p->nidle ? p->idle[--p->nidle] : curl_easy_init();
+    if (!e) {
+        d->result = CURLE_OUT_OF_MEMORY;
+        settle(d);
+        return;
+    }
+    d->easy = e;
+    build_headers(p, d, j);
+    int64_t timeout = p->cfg.timeout_ms;
+    if (timeout > (int64_t)d->ttr) timeout = d->ttr;
+    curl_easy_setopt(e, CURLOPT_URL, q);
+    curl_easy_setopt(e, CURLOPT_PRIVATE, d);
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, d->hdrs);
+    curl_easy_setopt(e, CURLOPT_POST, 1L);
+    curl_easy_setopt(e, CURLOPT_POSTFIELDS, d->body.p);
+    curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)d->body.len);
+    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)timeout);
+    curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
+    curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
+    curl_easy_setopt(e, CURLOPT_USERAGENT, "delayq/0.1");
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, discard_cb);
+    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, d->err);
+    if (p->cfg.ca_file) curl_easy_setopt(e, CURLOPT_CAINFO, p->cfg.ca_file);
+    if (curl_multi_add_handle(p->multi, e) != CURLM_OK) {
+        d->result = CURLE_FAILED_INIT;
+        settle(d);
+    }
+}
+
+/* --- reserving --------------------------------------------------------------- */
+
+static void reserve_cb(void *pd, const struct dq_result *res) {
+    struct ptopic *t = pd;
+    struct pusher *p = t->p;
+    uint32_t want = p->cfg.concurrency - t->held;
+    t->reserving = false;
+    if (res->status != DQ_OK) {
+        /* the store is down or refuses changes: try again in a while */
+        t->dirty = true;
+        if (!evtimer_pending(p->retry, NULL)) {
+            struct timeval tv = {RETRY_MS / 1000, 0};
+            evtimer_add(p->retry, &tv);
+        }
+        return;
+    }
+    for (size_t i = 0; i < res->njobs; i++) delivery_start(p, t, &res->jobs[i]);
+    /* a full answer may leave more behind; a short one took all there was,
+     * unless the core told of new jobs meanwhile */
+    t->dirty = res->njobs >= want || t->again;
+    t->again = false;
+    topic_kick(p, t);
+    topic_maybe_free(p, t);
+}
+
+static void pump_cb(evutil_socket_t fd, short what, void *arg) {
+    struct pusher *p = arg;
+    struct ptopic *t = p->queue;
+    p->queue = NULL;
+    while (t) {
+        struct ptopic *next = t->next;
+        t->queued = false;
+        t->next = NULL;
+        if (!p->stopping && !t->reserving && t->dirty &&
+            t->held < p->cfg.concurrency) {
+            t->reserving = true;
+            core_reserve_push(p->core, topic_name(t),
+                              p->cfg.concurrency - t->held, reserve_cb, t);
+        } else {
+            topic_maybe_free(p, t);
+        }
+        t = next;
+    }
+}
+
+static void kick_all(void *ud, struct hnode *n) {
+    struct ptopic *t = (struct ptopic *)n;
+    topic_kick(t->p, t);
+}
+
+static void retry_cb(evutil_socket_t fd, short what, void *arg) {
+    struct pusher *p = arg;
+    htab_foreach(&p->topics, kick_all, NULL);
+}
+
+/* At start: every topic may hold push jobs that were ready before. */
+static void topics_cb(void *pd, const struct dq_result *res) {
+    struct pusher *p = pd;
+    if (res->status != DQ_OK) {
+        log_warn("push: cannot list topics at start: %s",
+                 res->errmsg ? res->errmsg : dq_status_code(res->status));
+        return;
+    }
+    for (size_t i = 0; i < res->nstrs; i++)
+        on_push_ready(p, res->strs[i], -1);
+}
+
+/* --- the pusher -------------------------------------------------------------- */
+
+struct pusher *pusher_new(struct event_base *base, struct core *core,
+                          const struct pusher_config *cfg, char *err,
+                          size_t errlen) {
+    static bool curl_ready;
+    if (!curl_ready && curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+        snprintf(err, errlen, "push: libcurl cannot start");
+        return NULL;
+    }
+    curl_ready = true;
+    struct pusher *p = xcalloc(1, sizeof *p);
+    p->base = base;
+    p->core = core;
+    p->metrics = core_metrics(core);
+    p->cfg = *cfg;
+    if (p->cfg.concurrency == 0) p->cfg.concurrency = 64;
+    if (p->cfg.timeout_ms <= 0) p->cfg.timeout_ms = 30000;
+    htab_init(&p->topics, 16, ptopic_hash);
+    for (const char *s = cfg->secrets; s && *s;) {
+        const char *comma = strchr(s, ',');
+        size_t n = comma ? (size_t)(comma - s) : strlen(s);
+        if (p->nsecrets == SECRETS_MAX) {
+            snprintf(err, errlen, "at most %d --push-secret", SECRETS_MAX);
+            pusher_free(p);
+            return NULL;
+        }
+        const char *why = parse_secret(s, n, &p->secrets[p->nsecrets++]);
+        if (why) {
+            snprintf(err, errlen, "%s", why);
+            pusher_free(p);
+            return NULL;
+        }
+        s = comma ? comma + 1 : s + n;
+    }
+    p->mac = hmac_fetch();
+    p->multi = curl_multi_init();
+    p->timer = evtimer_new(base, timer_event_cb, p);
+    p->pump = event_new(base, -1, 0, pump_cb, p);
+    p->retry = evtimer_new(base, retry_cb, p);
+    if (!p->mac || !p->multi || !p->timer || !p->pump || !p->retry) {
+        snprintf(err, errlen, "push: cannot start libcurl or libcrypto");
+        pusher_free(p);
+        return NULL;
+    }
+    curl_multi_setopt(p->multi, CURLMOPT_SOCKETFUNCTION, socket_cb);
+    curl_multi_setopt(p->multi, CURLMOPT_SOCKETDATA, p);
+    curl_multi_setopt(p->multi, CURLMOPT_TIMERFUNCTION, timer_cb);
+    curl_multi_setopt(p->multi, CURLMOPT_TIMERDATA, p);
+    curl_multi_setopt(p->multi, CURLMOPT_MAXCONNECTS,
+                      (long)(p->cfg.concurrency * 16 > 1024
+                                 ? p->cfg.concurrency * 16
+                                 : 1024));
+    core_set_push_ready(core, on_push_ready, p);
+    core_topics(core, topics_cb, p);
+    return p;
+}
+
+void pusher_stop(struct pusher *p) {
+    if (p) p->stopping = true;
+}
+
+bool pusher_idle(const struct pusher *p) { return !p || p->inflight == 0; }
+
+static void free_topic(void *ud, struct hnode *n) { dq_free(n); }
+
+/* Deliveries still with curl are dropped (their jobs stay reserved and come
+ * back when their lease ends); those waiting for the core to settle them
+ * are orphaned: their callback frees them when it comes (the core's store
+ * completes everything when it closes). */
+static void drop_deliveries(struct pusher *p) {
+    struct delivery *d = p->all;
+    while (d) {
+        struct delivery *next = d->next;
+        if (d->easy) {
+            curl_multi_remove_handle(p->multi, d->easy);
+            curl_easy_cleanup(d->easy);
+            d->easy = NULL;
+            if (!d->end_us) { /* not yet settled */
+                delivery_free(d);
+                d = next;
+                continue;
+            }
+        }
+        d->p = NULL;
+        d = next;
+    }
+    p->all = NULL;
+}
+
+void pusher_free(struct pusher *p) {
+    if (!p) return;
+    core_set_push_ready(p->core, NULL, NULL);
+    drop_deliveries(p);
+    if (p->multi) curl_multi_cleanup(p->multi);
+    for (size_t i = 0; i < p->nidle; i++) curl_easy_cleanup(p->idle[i]);
+    if (p->timer) event_free(p->timer);
+    if (p->pump) event_free(p->pump);
+    if (p->retry) event_free(p->retry);
+    if (p->mac) EVP_MAC_free(p->mac);
+    htab_foreach(&p->topics, free_topic, NULL);
+    htab_destroy(&p->topics);
+    dq_free(p);
+}
