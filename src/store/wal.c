@@ -676,18 +676,25 @@ static int put_job(struct replay *rp, const struct dq_job *j) {
 static int take_job(struct replay *rp, const struct wal_rec *r,
                     struct dq_job *j) {
     if (!engine_get(rp->e, r->job.topic, r->job.id, j)) return 0;
-    if (j->body.len > rp->scratch_cap) {
-        char *p = dq_realloc(rp->scratch, j->body.len);
+    /* the body and a push job's url and content type, in that order */
+    size_t need = j->body.len + j->url.len + j->content_type.len;
+    if (need > rp->scratch_cap) {
+        char *p = dq_realloc(rp->scratch, need);
         if (!p) {
             rp->err = "out of memory";
             rp->fatal = true;
             return -1;
         }
         rp->scratch = p;
-        rp->scratch_cap = j->body.len;
+        rp->scratch_cap = need;
     }
-    if (j->body.len) memcpy(rp->scratch, j->body.p, j->body.len);
-    j->body.p = rp->scratch;
+    struct dq_str *parts[] = {&j->body, &j->url, &j->content_type};
+    size_t off = 0;
+    for (int i = 0; i < 3; i++) {
+        if (parts[i]->len) memcpy(rp->scratch + off, parts[i]->p, parts[i]->len);
+        parts[i]->p = rp->scratch + off;
+        off += parts[i]->len;
+    }
     j->topic = r->job.topic;
     j->id = r->job.id;
     engine_del(rp->e, r->job.topic, r->job.id);
