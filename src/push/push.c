@@ -480,8 +480,10 @@ static void delivery_start(struct pusher *p, struct ptopic *t,
     d->due = j->due;
     d->attempts = j->attempts;
     d->ttr = j->ttr;
-    d->backoff_cap = j->backoff.kind == DQ_BACKOFF_FIXED ? j->backoff.base
-                                                          : j->backoff.max;
+    /* Retry-After is capped by the backoff's max; FIXED has none: 1 h */
+    d->backoff_cap = j->backoff.kind == DQ_BACKOFF_FIXED
+                         ? DQ_BACKOFF_MAX_DEFAULT
+                         : j->backoff.max;
     d->start_us = clock_us();
     d->next = p->all;
     if (p->all) p->all->prev = d;

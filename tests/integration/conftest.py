@@ -121,7 +121,7 @@ def keys_of(flat):
 # GET and STATS field orders (notes/common.md)
 GET_KEYS = ["topic", "id", "state", "body", "due", "ttr", "retries", "attempts", "created"]
 STATS_KEYS = ["jobs_delayed", "jobs_ready", "jobs_reserved", "jobs_dead", "added", "reserved",
-              "acked", "nacked", "expired", "dead", "deleted", "kicked"]
+              "acked", "nacked", "expired", "dead", "deleted", "kicked", "pushed", "push_failed"]
 
 
 def assert_err(rep, code, *words):
