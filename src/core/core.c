@@ -382,8 +382,14 @@ struct core_wait *core_reserve(struct core *c, const struct dq_str *topics,
                         cb, pd);
 }
 
+bool core_can_push(const struct core *c) { return c->ops->reserve_push != NULL; }
+
 void core_reserve_push(struct core *c, struct dq_str topic, uint32_t count,
                        core_cb *cb, void *pd) {
+    if (!c->ops->reserve_push) {
+        fail(c, cb, pd, DQ_INVALID, "this store has no push delivery");
+        return;
+    }
     if (count > DQ_COUNT_MAX) count = DQ_COUNT_MAX;
     c->ops->reserve_push(c->store, topic, count, call_done,
                          call_new(c, M_RESERVE, cb, pd));

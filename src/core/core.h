@@ -128,6 +128,8 @@ struct core_wait *core_reserve(struct core *c, const struct dq_str *topics,
  * waits). res: jobs/njobs with url and content_type. */
 void core_reserve_push(struct core *c, struct dq_str topic, uint32_t count,
                        core_cb *cb, void *pd);
+/* Whether the store delivers push jobs (has reserve_push). */
+bool core_can_push(const struct core *c);
 /* Who is told when a topic may hold ready push jobs (the pusher): fn(ud,
  * topic, hint) as store.h's on_push_ready. Set once, before jobs move. */
 void core_set_push_ready(struct core *c,

@@ -655,8 +655,10 @@ struct pusher *pusher_new(struct event_base *base, struct core *core,
                       (long)(p->cfg.concurrency * 16 > 1024
                                  ? p->cfg.concurrency * 16
                                  : 1024));
-    core_set_push_ready(core, on_push_ready, p);
-    core_topics(core, topics_cb, p);
+    if (core_can_push(core)) {
+        core_set_push_ready(core, on_push_ready, p);
+        core_topics(core, topics_cb, p);
+    }
     return p;
 }
 

@@ -198,7 +198,8 @@ static void done_list(void *pd, const struct dq_result *res) {
     struct buf *b = render_start(pd, res);
     if (!b) return;
     resp_array(b, 2);
-    resp_bulk_int(b, (int64_t)res->cursor);
+    char cur[24]; /* unsigned: a cursor may use bit 63 (engine_list) */
+    resp_bulk(b, cur, (size_t)snprintf(cur, sizeof cur, "%" PRIu64, res->cursor));
     render_strs(b, res);
     req_done(pd);
 }
