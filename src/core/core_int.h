@@ -3,6 +3,7 @@
  *   core.c     requests: validation, defaults, the clock, the store call
  *   wait.c     RESERVEs that wait for jobs, and waking them
  *   metrics.c  the metrics table
+ *   snapshot.c what the store holds, for /metrics and the dashboard
  */
 #ifndef DQ_CORE_INT_H
 #define DQ_CORE_INT_H
@@ -25,6 +26,7 @@ struct core {
     bool stopping;
     void (*push_ready)(void *ud, struct dq_str topic, int64_t hint);
     void *push_ud;
+    bool store_down;    /* the last store answer was UNAVAILABLE/TIMEOUT */
     char errbuf[512];   /* a validation error's message, during its callback */
 };
 
@@ -44,6 +46,8 @@ void wait_wake_all(struct core *c);
 uint64_t wait_count(const struct core *c);
 
 /* --- core.c --- */
+/* Records whether the store answered (status not UNAVAILABLE/TIMEOUT). */
+void core_note_store(struct core *c, int status);
 /* Jobs were handed to a client: records how late each was (fire lag). */
 void core_handed_out(struct core *c, const struct dq_result *res);
 

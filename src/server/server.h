@@ -21,6 +21,7 @@ struct event;
 struct event_base;
 struct resp_front;
 struct pusher;
+struct http_front;
 
 struct server {
     struct event_base *base;
@@ -28,6 +29,7 @@ struct server {
     struct core *core;
     struct resp_front *resp;
     struct pusher *pusher; /* push delivery (§9) */
+    struct http_front *http; /* NULL with --http-port 0 */
     struct event *sig_term, *sig_int, *stop_timer;
     bool stopping;
     int64_t stop_deadline;
