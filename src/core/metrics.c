@@ -233,16 +233,9 @@ static void emit_push_series(const struct lag_ctx *lc, const char *topic,
     if (strcmp(fam, "delayq_push_duration_seconds") == 0) {
         snprintf(labels, sizeof labels, "topic=\"%s\"", topic);
         lc->v->hist(lc->v->ud, fam, labels, &p->dur);
-    } else if (strcmp(fam, "delayq_push_inflight") == 0) {
+    } else {
         snprintf(labels, sizeof labels, "topic=\"%s\"", topic);
         lc->v->value(lc->v->ud, fam, labels, (double)p->inflight);
-    } else {
-        snprintf(labels, sizeof labels, "topic=\"%s\",event=\"pushed\"",
-                 topic);
-        lc->v->value(lc->v->ud, fam, labels, (double)p->pushed);
-        snprintf(labels, sizeof labels,
-                 "topic=\"%s\",event=\"push_failed\"", topic);
-        lc->v->value(lc->v->ud, fam, labels, (double)p->failed);
     }
 }
 
@@ -288,9 +281,6 @@ static const struct family families[] = {
      emit_clients},
     {"delayq_blocked_clients", "gauge", "Clients waiting in RESERVE", emit_blocked},
     {"delayq_store_up", "gauge", "1 when the store answers, else 0", emit_store_up},
-    {"delayq_jobs_total", "counter",
-     "Jobs by event: pushed (a 2xx, acked) and push_failed (gave up: dead)",
-     emit_push},
     {"delayq_push_duration_seconds", "histogram",
      "Time from a push's start to the receiver's answer (or its failure)",
      emit_push},
@@ -340,15 +330,21 @@ static void emit_topic_jobs(const struct metrics_visitor *v, const char *topic,
     }
 }
 
+/* The store's events of a topic, then the pusher's (pushed, push_failed:
+ * since this server started; p NULL = none). */
 static void emit_topic_events(const struct metrics_visitor *v,
                               const char *topic, size_t tlen,
-                              const struct dq_stats *s) {
+                              const struct dq_stats *s,
+                              const struct push_m *p) {
     char labels[DQ_TOPIC_MAX + 64];
-    uint64_t ev[8];
+    uint64_t ev[10];
     stats_events(s, ev);
-    for (int e = 0; e < 8; e++) {
+    ev[8] = p ? p->pushed : 0;
+    ev[9] = p ? p->failed : 0;
+    static const char *const push_names[] = {"pushed", "push_failed"};
+    for (int e = 0; e < 10; e++) {
         snprintf(labels, sizeof labels, "topic=\"%.*s\",event=\"%s\"",
-                 (int)tlen, topic, event_names[e]);
+                 (int)tlen, topic, e < 8 ? event_names[e] : push_names[e - 8]);
         v->value(v->ud, "delayq_jobs_total", labels, (double)ev[e]);
     }
 }
@@ -366,10 +362,13 @@ void metrics_visit_store(const struct metrics *m,
     if (own < s->ntopics) emit_topic_jobs(v, "_other", 6, &other);
     v->family(v->ud, "delayq_jobs_total", "counter",
               "Job events since the store began, per topic");
-    for (size_t i = 0; i < own; i++)
+    for (size_t i = 0; i < own; i++) {
+        const struct topic_m *tm = topic_find(m, s->topics[i].topic);
         emit_topic_events(v, s->topics[i].topic.p, s->topics[i].topic.len,
-                          &s->topics[i].stats);
-    if (own < s->ntopics) emit_topic_events(v, "_other", 6, &other);
+                          &s->topics[i].stats, tm ? &tm->push : NULL);
+    }
+    if (own < s->ntopics)
+        emit_topic_events(v, "_other", 6, &other, &m->push_other);
     if (s->log_bytes >= 0) {
         v->family(v->ud, "delayq_log_bytes", "gauge",
                   "Bytes in the embedded store's append-only log");

@@ -422,6 +422,9 @@ class HttpConn:
                 elif o == "REPLACE":
                     doc["replace"] = True
                     i += 1
+                elif o in ("URL", "CONTENT-TYPE"):
+                    doc[o.lower().replace("-", "_")] = self._s(a[i + 1])
+                    i += 2
                 else:
                     raise ValueError("HttpConn: no JSON for ADD option %r" % o)
             return "POST", "/v1/topics/%s/jobs" % q(topic), doc
@@ -561,7 +564,7 @@ class HttpConn:
         assert status == 200, (status, doc)
         if cmd == "GET":
             out = []
-            for k in GET_KEYS + ["deadline"]:
+            for k in GET_KEYS + ["deadline", "url", "content_type"]:
                 if k == "body":
                     out += [b"body", job_body(doc)]
                 elif k in doc:

@@ -408,3 +408,22 @@ def test_kill9_in_flight_then_restart(make_server, recv):
     # acked before the crash: never delivered again
     for i in range(20):
         assert len(rc.of("t/a%d" % i)) == 1
+
+
+# --- the HTTP front door ----------------------------------------------------------------
+
+def test_http_add_with_url(make_server, recv):
+    rc = recv()
+    s = make_server()
+    h = s.http()
+    assert_err(h.call("ADD", "t", "j", "b", "URL", "mailto:x@y"), "ERR", "url")
+    assert h.call("ADD", "t", "j", '{"a":1}', "DELAY", 200, "URL", rc.url("/h"),
+                  "CONTENT-TYPE", "application/json") == b"j"
+    d = pairs(h.call("GET", "t", "j"))
+    assert d["url"] == rc.url("/h").encode() and d["content_type"] == b"application/json"
+    rc.wait(lambda rs: len(rs) >= 1)
+    r = rc.of("t/j")[0]
+    assert r.body == b'{"a":1}' and r.headers["content-type"] == "application/json"
+    c = s.raw()
+    wait_gone(c, "t", "j")
+    assert pairs(h.call("STATS", "t"))["pushed"] == 1

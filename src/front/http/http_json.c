@@ -12,9 +12,9 @@
 #include "lib/xalloc.h"
 
 /* The fields each kind accepts, in the order error messages list them. */
-static const char *const fields[][10] = {
+static const char *const fields[][12] = {
     [HJ_ADD] = {"id", "body", "body_base64", "delay", "at", "ttr", "retries",
-                "backoff", "replace", NULL},
+                "backoff", "replace", "url", "content_type", NULL},
     [HJ_RESERVE] = {"topics", "timeout", "count", NULL},
     [HJ_NACK] = {"delay", NULL},
     [HJ_TOUCH] = {"ttr", NULL},
@@ -179,6 +179,9 @@ static int field(int kind, const char *k, const json_t *v, struct hj_req *r,
         if (!strcmp(k, "ttr")) return get_duration(k, v, &a->ttr, err, errlen);
         if (!strcmp(k, "retries")) return get_int(k, v, &a->retries, err, errlen);
         if (!strcmp(k, "backoff")) return get_backoff(v, a, err, errlen);
+        if (!strcmp(k, "url")) return get_str(k, v, &a->url, err, errlen);
+        if (!strcmp(k, "content_type"))
+            return get_str(k, v, &a->content_type, err, errlen);
         if (!strcmp(k, "replace")) {
             if (!json_is_boolean(v))
                 return fail(err, errlen,

@@ -130,6 +130,13 @@ static void done_get(void *pd, const struct dq_result *res) {
     json_object_set_new(o, "created", json_integer(j->created));
     if (j->state == DQ_RESERVED)
         json_object_set_new(o, "deadline", json_integer(j->deadline));
+    if (j->url.len) { /* push delivery (§9) */
+        json_object_set_new(o, "url", jstr(j->url));
+        json_object_set_new(o, "content_type",
+                            j->content_type.len
+                                ? jstr(j->content_type)
+                                : json_string(DQ_CTYPE_DEFAULT));
+    }
     hreq_json(r, 200, o);
 }
 
@@ -179,7 +186,7 @@ static void done_stats(void *pd, const struct dq_result *res) {
     if (failed(r, res)) return;
     const struct dq_stats *s = res->stats;
     hreq_json(r, 200,
-              json_pack("{sIsIsIsI sIsIsIsI sIsIsIsI}",
+              json_pack("{sIsIsIsI sIsIsIsI sIsIsIsI sIsI}",
                         "jobs_delayed", (json_int_t)s->jobs[DQ_DELAYED],
                         "jobs_ready", (json_int_t)s->jobs[DQ_READY],
                         "jobs_reserved", (json_int_t)s->jobs[DQ_RESERVED],
@@ -191,7 +198,9 @@ static void done_stats(void *pd, const struct dq_result *res) {
                         "expired", (json_int_t)s->expired,
                         "dead", (json_int_t)s->dead,
                         "deleted", (json_int_t)s->deleted,
-                        "kicked", (json_int_t)s->kicked));
+                        "kicked", (json_int_t)s->kicked,
+                        "pushed", (json_int_t)s->pushed,
+                        "push_failed", (json_int_t)s->push_failed));
 }
 
 static void done_health(void *pd, const struct dq_result *res) {
@@ -350,7 +359,7 @@ static void h_metrics(struct hreq *r, struct route_args *a) {
 static const struct route routes[] = {
     {EVHTTP_REQ_POST, "/v1/topics/{topic}/jobs", 0, HJ_ADD, h_add,
      "add a job: {id?, body | body_base64, delay?, at?, ttr?, retries?, "
-     "backoff?, replace?}"},
+     "backoff?, replace?, url?, content_type?}"},
     {EVHTTP_REQ_GET, "/v1/topics/{topic}/jobs", 0, HJ_NONE, h_list,
      "ids of a topic's jobs in a state: ?state=S&count=N&cursor=C"},
     {EVHTTP_REQ_GET, "/v1/topics/{topic}/jobs/{id}", 0, HJ_NONE, h_get,
