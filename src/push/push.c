@@ -213,10 +213,13 @@ static void topic_maybe_free(struct pusher *p, struct ptopic *t) {
     dq_free(t);
 }
 
-/* Queues t for a reserve if it may have jobs and has room. */
+/* Queues t for a reserve if it may have jobs and room for a batch: an
+ * eighth of --push-concurrency (so a busy topic reserves several jobs per
+ * call, not one per finished delivery), or any room when it holds none. */
 static void topic_kick(struct pusher *p, struct ptopic *t) {
+    uint32_t batch = p->cfg.concurrency / 8 ? p->cfg.concurrency / 8 : 1;
     if (!t->dirty || t->queued || t->reserving || p->stopping ||
-        t->held >= p->cfg.concurrency)
+        (t->held && t->held + batch > p->cfg.concurrency))
         return;
     t->queued = true;
     t->next = p->queue;
@@ -234,9 +237,10 @@ static void on_push_ready(void *ud, struct dq_str topic, int64_t hint) {
 
 /* --- settling a delivery --------------------------------------------------- */
 
+/* Handles are kept with their options: every delivery sets the ones that
+ * change (easy_get), the others are set once. */
 static void easy_put(struct pusher *p, CURL *e) {
     if (p->nidle < sizeof p->idle / sizeof p->idle[0]) {
-        curl_easy_reset(e);
         p->idle[p->nidle++] = e;
     } else {
         curl_easy_cleanup(e);
@@ -414,6 +418,23 @@ static size_t discard_cb(char *ptr, size_t size, size_t n, void *ud) {
     return size * n;
 }
 
+/* An easy handle with the options every delivery shares. */
+static CURL *easy_get(struct pusher *p) {
+    if (p->nidle) return p->idle[--p->nidle];
+    CURL *e = curl_easy_init();
+    if (!e) return NULL;
+    curl_easy_setopt(e, CURLOPT_POST, 1L);
+    curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
+    curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
+    curl_easy_setopt(e, CURLOPT_USERAGENT, "delayq/0.1");
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, discard_cb);
+    if (p->cfg.ca_file) curl_easy_setopt(e, CURLOPT_CAINFO, p->cfg.ca_file);
+    return e;
+}
+
 /* --- starting a delivery ----------------------------------------------------- */
 
 static void add_header(struct delivery *d, const char *fmt, ...)
@@ -503,7 +524,7 @@ static void delivery_start(struct pusher *p, struct ptopic *t,
         return;
     }
 
-    CURL *e = p->nidle ? p->idle[--p->nidle] : curl_easy_init();
+    CURL *e = easy_get(p);
     if (!e) {
         d->result = CURLE_OUT_OF_MEMORY;
         settle(d);
@@ -516,19 +537,10 @@ static void delivery_start(struct pusher *p, struct ptopic *t,
     curl_easy_setopt(e, CURLOPT_URL, q);
     curl_easy_setopt(e, CURLOPT_PRIVATE, d);
     curl_easy_setopt(e, CURLOPT_HTTPHEADER, d->hdrs);
-    curl_easy_setopt(e, CURLOPT_POST, 1L);
-    curl_easy_setopt(e, CURLOPT_POSTFIELDS, d->body.p);
     curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)d->body.len);
+    curl_easy_setopt(e, CURLOPT_POSTFIELDS, d->body.p);
     curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)timeout);
-    curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
-    curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
-    curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
-    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
-    curl_easy_setopt(e, CURLOPT_USERAGENT, "delayq/0.1");
-    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, discard_cb);
     curl_easy_setopt(e, CURLOPT_ERRORBUFFER, d->err);
-    if (p->cfg.ca_file) curl_easy_setopt(e, CURLOPT_CAINFO, p->cfg.ca_file);
     if (curl_multi_add_handle(p->multi, e) != CURLM_OK) {
         d->result = CURLE_FAILED_INIT;
         settle(d);
