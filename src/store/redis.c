@@ -50,6 +50,7 @@
 #define MAX_CALL_JOBS 2000       /* jobs to reserve per script call */
 #define MAX_UNIT_GROUPS 64       /* groups per unit (standalone) */
 #define SWEEP_MS 900
+#define WAIT_MS 1000             /* replicas=N: WAIT's timeout */
 #define DRAIN_MS 2000
 
 enum op {
@@ -196,6 +197,7 @@ struct scall { /* a script call in flight */
     struct rshard **groups;
     size_t ng;
     uint64_t msg_stamp;
+    int slot;
 };
 
 struct dq_store {
@@ -896,6 +898,8 @@ static void builder_add(struct dq_store *s, struct builder *b, struct unit *u,
 }
 
 static void script_cb(void *pd, redisReply *r, const char *err, bool sent);
+static void scall_free(struct scall *sc);
+static void replicas_wait(struct scall *sc);
 
 /* Sends the builder's call and resets it. */
 static void builder_send(struct dq_store *s, struct builder *b, int64_t now) {
@@ -936,6 +940,7 @@ static void builder_send(struct dq_store *s, struct builder *b, int64_t now) {
     sc->groups = b->groups;
     sc->ng = b->ng;
     sc->msg_stamp = s->msg_counter;
+    sc->slot = b->slot;
     for (size_t i = 0; i < b->nu; i++)
         if (b->units[i]->rq->deadline < deadline) deadline = b->units[i]->rq->deadline;
     s->calls++;
@@ -1317,6 +1322,10 @@ static void script_cb(void *pd, redisReply *r, const char *err, bool sent) {
         }
         arm_timer(s);
     }
+    /* replicas=N: changes are acknowledged once N replicas have them */
+    bool wait = false;
+    for (size_t i = 0; res && s->url.replicas > 0 && i < sc->nu && !wait; i++)
+        wait = op_writes(sc->units[i]->rq->op);
     for (size_t i = 0; i < sc->nu; i++) {
         struct unit *u = sc->units[i];
         struct rreq *rq = u->rq;
@@ -1330,7 +1339,7 @@ static void script_cb(void *pd, redisReply *r, const char *err, bool sent) {
         } else {
             map_noreply(rq, err, sent);
         }
-        unit_finished(rq); /* may free u */
+        if (!wait) unit_finished(rq); /* may free u */
     }
     if (info && s->cfg.on_ready && !s->closing) {
         for (size_t g = 0; g < sc->ng; g++) {
@@ -1342,9 +1351,48 @@ static void script_cb(void *pd, redisReply *r, const char *err, bool sent) {
         }
     }
     dq_free(views);
+    if (wait) {
+        replicas_wait(sc);
+        return;
+    }
+    scall_free(sc);
+}
+
+static void scall_free(struct scall *sc) {
     dq_free(sc->units);
     dq_free(sc->groups);
     dq_free(sc);
+}
+
+/* WAIT's answer: how many replicas have the call's changes. Fewer than
+ * asked: the changes were made on the master but may be lost if it fails
+ * now, so they are not acknowledged (TIMEOUT: outcome unknown). */
+static void wait_reply_cb(void *pd, redisReply *r, const char *err, bool sent) {
+    struct scall *sc = pd;
+    struct dq_store *s = sc->s;
+    char m[160];
+    bool ok = r && r->type == REDIS_REPLY_INTEGER && r->integer >= s->url.replicas;
+    if (!ok)
+        snprintf(m, sizeof m, "the change was made on the Redis master but %s "
+                 "%d replica%s within %d ms; it may be lost if the master fails",
+                 r && r->type == REDIS_REPLY_INTEGER ? "did not reach" : "could not be confirmed on",
+                 s->url.replicas, s->url.replicas == 1 ? "" : "s", WAIT_MS);
+    for (size_t i = 0; i < sc->nu; i++) {
+        struct rreq *rq = sc->units[i]->rq;
+        if (!ok && op_writes(rq->op)) req_fail(rq, DQ_TIMEOUT, m);
+        unit_finished(rq); /* may free the unit */
+    }
+    scall_free(sc);
+}
+
+static void replicas_wait(struct scall *sc) {
+    struct dq_store *s = sc->s;
+    char n[16], ms[16];
+    const char *av[3] = {"WAIT", n, ms};
+    size_t al[3] = {4, (size_t)snprintf(n, sizeof n, "%d", s->url.replicas),
+                    (size_t)snprintf(ms, sizeof ms, "%d", WAIT_MS)};
+    /* on the connection that ran the script: the one serving its slot */
+    send_raw(s, sc->slot, 3, av, al, wait_reply_cb, sc);
 }
 
 /* --- ids ------------------------------------------------------------------ */
@@ -1955,7 +2003,9 @@ static void redis_topics(struct dq_store *s, dq_store_cb *cb, void *pd) {
 }
 
 static void redis_info(struct dq_store *s, dq_info_emit *emit, void *ud) {
-    emit(ud, "store_redis_mode", s->url.cluster ? "cluster" : "standalone");
+    emit(ud, "store_redis_mode",
+         s->url.cluster ? "cluster" : s->url.sentinel ? "sentinel" : "standalone");
+    dq_info_int(emit, ud, "store_redis_replicas", s->url.replicas);
     emit(ud, "store_redis_prefix", s->url.prefix);
     dq_info_int(emit, ud, "store_redis_shards", (int64_t)(s->K));
     emit(ud, "store_redis_ready", s->configured && rcli_ready(s->cli) ? "1" : "0");
