@@ -221,6 +221,8 @@ struct dq_store {
     struct event *flush_ev;
     struct event *wait_ev;  /* fails requests waiting for the store too long */
     bool cfg_warned;        /* "cannot read <prefix>:shards" logged */
+    struct rwarn script_warn; /* script calls answered with an error */
+    bool failed_reserves;   /* a RESERVE failed as unavailable */
     uint64_t sweeps;
     bool sweeping;
     /* requests */
@@ -479,6 +481,7 @@ static void req_complete(struct rreq *rq) {
         req_free(rq);
         return;
     }
+    if (rq->op == OP_RESERVE && rq->status == DQ_UNAVAILABLE) s->failed_reserves = true;
     struct dq_result r = {.status = rq->status, .n = rq->n};
     if (rq->status != DQ_OK) {
         r.errmsg = rq->errbuf[0] ? rq->errbuf : NULL;
@@ -1302,8 +1305,10 @@ static void script_cb(void *pd, redisReply *r, const char *err, bool sent) {
             info = r->element[1];
         }
     } else if (r && r->type == REDIS_REPLY_ERROR) {
-        log_warn("redis script error: %s", r->str);
+        rwarn(&s->script_warn, rcli_now_us(), "redis script error: %.150s", r->str);
     }
+    if (r && r->type != REDIS_REPLY_ERROR && s->script_warn.last[0])
+        rwarn_clear(&s->script_warn);
     /* timing first, so requests completing below see the new state */
     if (info) {
         for (size_t g = 0; g < sc->ng; g++) {
@@ -1721,6 +1726,12 @@ static void sweep_done(struct rreq *rq) {
     s->sweeping = false;
     s->carries++;
     if (rq->status != DQ_OK) return;
+    if (s->failed_reserves) {
+        /* RESERVEs failed as unavailable since the last sweep; the server
+         * keeps blocked ones waiting for on_ready: Redis answers again */
+        s->failed_reserves = false;
+        on_ready_all(s);
+    }
     int64_t total = 0;
     for (size_t i = 0; i < rq->ngs; i++) total += rq->hl[i];
     s->count_base = total;

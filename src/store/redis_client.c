@@ -48,14 +48,7 @@
 
 enum cstate { C_DOWN, C_CONNECTING, C_UP };
 
-/* A warning that may repeat for as long as a state lasts (no slots, a
- * failing CLUSTER SLOTS): logged when it changes, then summed up once per
- * WARN_SUMMARY_US. */
-struct rwarn {
-    char last[200];
-    int64_t at;
-    uint64_t repeats;
-};
+
 
 struct rconn;
 
@@ -135,8 +128,7 @@ int64_t rcli_now_us(void) {
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
-static __attribute__((format(printf, 3, 4))) void
-rwarn(struct rwarn *w, int64_t now, const char *fmt, ...) {
+void rwarn(struct rwarn *w, int64_t now, const char *fmt, ...) {
     char m[sizeof w->last];
     va_list ap;
     va_start(ap, fmt);
@@ -159,8 +151,7 @@ rwarn(struct rwarn *w, int64_t now, const char *fmt, ...) {
     }
 }
 
-/* The warned state is over. */
-static void rwarn_clear(struct rwarn *w) {
+void rwarn_clear(struct rwarn *w) {
     if (w->repeats) log_warn("%s (%" PRIu64 " more times)", w->last, w->repeats);
     w->last[0] = '\0';
     w->repeats = 0;
@@ -807,6 +798,9 @@ static void slots_cb(void *pd, redisReply *r, const char *err, bool sent) {
                 break;
             }
     bool first = !c->map_loaded;
+    bool moved = memcmp(c->slots, next, sizeof next) != 0;
+    if (!first && moved)
+        log_info("redis cluster: the slot map changed (%u masters)", masters);
     if (first || masters != c->masters || covered != c->covered)
         log_info("redis cluster: %u masters, %zu of %d slots covered", masters,
                  covered, REDIS_SLOTS);
