@@ -1222,8 +1222,8 @@ static void unit_finished(struct rreq *rq) {
     }
     if (rq->status == DQ_UNAVAILABLE && rq->units_ok > 0 && op_writes(rq->op)) {
         /* some of its calls made their changes, the others did not */
-        char m[sizeof rq->errbuf + 16];
-        snprintf(m, sizeof m, "partly done: %s", rq->errbuf);
+        char m[sizeof rq->errbuf];
+        snprintf(m, sizeof m, "partly done: %.180s", rq->errbuf);
         rq->status = DQ_OK;
         req_fail(rq, DQ_TIMEOUT, m);
     }
