@@ -32,14 +32,14 @@ CLI_SRC    := $(wildcard src/cli/*.c)
 # holding `const char asset_NAME[]` (its bytes and a NUL) and
 # `const size_t asset_NAME_len`, NAME being PATH with '/' and '.' as '_'
 # (src/store/lua/delayq.lua -> asset_store_lua_delayq_lua). The generated
-# .c files are compiled and archived with the layer of their source.
+# .c file joins the layer of the directory it comes from.
 EMBED      := src/store/lua/delayq.lua
 EMBED_C    := $(patsubst src/%,build/gen/%.c,$(EMBED))
-store_SRC  += $(filter build/gen/store/%,$(EMBED_C))
 .SECONDARY: $(EMBED_C)
 build/gen/%.c: src/% scripts/embed
 	@mkdir -p $(dir $@)
 	scripts/embed asset_$(subst .,_,$(subst /,_,$*)) < $< > $@.tmp && mv $@.tmp $@
+store_SRC  += $(filter build/gen/store/%,$(EMBED_C))
 
 CORE_SRC   := $(foreach l,$(LAYERS),$($(l)_SRC)) $(SERVER_SRC)
 UNIT_TESTS := $(patsubst tests/unit/%.c,%,$(wildcard tests/unit/test_*.c))

@@ -48,14 +48,7 @@
 
 enum cstate { C_DOWN, C_CONNECTING, C_UP };
 
-/* A warning that may repeat for as long as a state lasts (no slots, a
- * failing CLUSTER SLOTS): logged when it changes, then summed up once per
- * WARN_SUMMARY_US. */
-struct rwarn {
-    char last[200];
-    int64_t at;
-    uint64_t repeats;
-};
+
 
 struct rconn;
 
@@ -85,6 +78,7 @@ struct rconn {
     char host[REDIS_URL_HOST_MAX + 1];
     int port;
     bool sub;           /* the subscriber */
+    bool sentinel;      /* the Sentinel connection (asks, then subscribes) */
     enum cstate state;
     redisAsyncContext *ac;
     struct event *retry_ev;
@@ -120,6 +114,12 @@ struct rcli {
     size_t covered;        /* slots the map covers */
     struct rwarn mapwarn;  /* about the slot map */
     char why[200];         /* why calls cannot be served, for errors */
+    /* Sentinel */
+    struct rconn *sent;    /* to one Sentinel, or NULL */
+    size_t sent_seed;      /* which Sentinel */
+    bool have_master;      /* the data connection's address is the master's */
+    bool switching;        /* moving the connections to a new master */
+    int64_t last_ask;      /* when the Sentinel was last asked */
 };
 
 int64_t rcli_now_us(void) {
@@ -128,8 +128,7 @@ int64_t rcli_now_us(void) {
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
-static __attribute__((format(printf, 3, 4))) void
-rwarn(struct rwarn *w, int64_t now, const char *fmt, ...) {
+void rwarn(struct rwarn *w, int64_t now, const char *fmt, ...) {
     char m[sizeof w->last];
     va_list ap;
     va_start(ap, fmt);
@@ -152,14 +151,15 @@ rwarn(struct rwarn *w, int64_t now, const char *fmt, ...) {
     }
 }
 
-/* The warned state is over. */
-static void rwarn_clear(struct rwarn *w) {
+void rwarn_clear(struct rwarn *w) {
     if (w->repeats) log_warn("%s (%" PRIu64 " more times)", w->last, w->repeats);
     w->last[0] = '\0';
     w->repeats = 0;
 }
 
 static void conn_connect(struct rconn *n);
+static void sentinel_ask(struct rcli *c);
+static void conn_kill(struct rconn *n, const char *why);
 static void dispatch(struct rcli *c, struct rcall *k, struct rconn *to,
                      bool asking);
 static void refresh_map(struct rcli *c);
@@ -288,10 +288,13 @@ static void conn_down(struct rconn *n, const char *why) {
         else
             log_debug("redis %s:%d: cannot connect (%s)", n->host, n->port, why);
     }
-    if (n->sub) n->cli->sub_seed++;
-    else if (n->cli->slots) n->cli->refresh_wanted = true;
+    struct rcli *c = n->cli;
+    if (n->sub) c->sub_seed++;
+    else if (n->sentinel) c->sent_seed++;
+    else if (c->slots) c->refresh_wanted = true;
     conn_schedule(n);
     queue_fail(n, "Redis connection lost");
+    if (!n->sentinel && c->sent && !c->switching) sentinel_ask(c);
 }
 
 /* Closes a live connection on our initiative: every call on it completes
@@ -381,10 +384,100 @@ static void message_cb(redisAsyncContext *ac, void *reply, void *pd) {
         n->cli->cfg.on_message(n->cli->cfg.ud, msg->str, msg->len);
 }
 
+/* The master is host:port (from a Sentinel): moves the data connection and
+ * the subscriber there if they were elsewhere. */
+static void set_master(struct rcli *c, const char *host, int port) {
+    struct rconn *d = c->conns;
+    if (c->have_master && d->port == port && strcmp(d->host, host) == 0) return;
+    log_info("redis sentinel: master %s is %s:%d%s", c->url.master, host, port,
+             c->have_master ? " (switched)" : "");
+    c->have_master = true;
+    c->why[0] = '\0';
+    c->switching = true;
+    struct rconn *both[2] = {d, c->sub};
+    for (int i = 0; i < 2; i++) {
+        struct rconn *n = both[i];
+        if (!n) continue;
+        if (n->state != C_DOWN) conn_kill(n, "the master moved");
+        event_del(n->retry_ev);
+        n->backoff_ms = BACKOFF_MIN_MS;
+        snprintf(n->host, sizeof n->host, "%s", host);
+        n->port = port;
+        conn_connect(n);
+    }
+    c->switching = false;
+}
+
+/* SENTINEL get-master-addr-by-name: [host, port], or nil if unknown. */
+static void master_cb(redisAsyncContext *ac, void *reply, void *pd) {
+    struct rconn *n = ac->data;
+    redisReply *r = reply;
+    if (!n || !r) return;
+    struct rcli *c = n->cli;
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+        r->element[0]->type == REDIS_REPLY_STRING &&
+        r->element[1]->type == REDIS_REPLY_STRING) {
+        int port = atoi(r->element[1]->str);
+        if (port > 0 && port < 65536 && r->element[0]->len <= REDIS_URL_HOST_MAX) {
+            rwarn_clear(&c->mapwarn);
+            set_master(c, r->element[0]->str, port);
+            return;
+        }
+    }
+    snprintf(c->why, sizeof c->why, "Sentinel %.64s:%d does not know master '%.64s'%s%.80s",
+             n->host, n->port, c->url.master, r->type == REDIS_REPLY_ERROR ? ": " : "",
+             r->type == REDIS_REPLY_ERROR ? r->str : "");
+    rwarn(&c->mapwarn, rcli_now_us(), "redis sentinel: %s", c->why);
+}
+
+/* +switch-master "<name> <old-ip> <old-port> <new-ip> <new-port>" */
+static void sentinel_msg_cb(redisAsyncContext *ac, void *reply, void *pd) {
+    struct rconn *n = ac->data;
+    redisReply *r = reply;
+    if (!n || !r || r->type != REDIS_REPLY_ARRAY || r->elements < 3) return;
+    redisReply *kind = r->element[0], *msg = r->element[2];
+    if (kind->type != REDIS_REPLY_STRING) return;
+    if (strcmp(kind->str, "subscribe") == 0) {
+        n->state = C_UP;
+        n->backoff_ms = BACKOFF_MIN_MS;
+        return;
+    }
+    if (strcmp(kind->str, "message") != 0 || msg->type != REDIS_REPLY_STRING) return;
+    char name[REDIS_MASTER_NAME_MAX + 1], oh[REDIS_URL_HOST_MAX + 1],
+        nh[REDIS_URL_HOST_MAX + 1];
+    int op, np;
+    if (sscanf(msg->str, "%127s %255s %d %255s %d", name, oh, &op, nh, &np) != 5) return;
+    if (strcmp(name, n->cli->url.master) != 0) return;
+    set_master(n->cli, nh, np);
+}
+
+/* Asks a Sentinel for the master again (the master's connection failed or
+ * refused a write): reconnects the Sentinel connection, which asks first.
+ * At most every 500 ms. */
+static void sentinel_ask(struct rcli *c) {
+    struct rconn *n = c->sent;
+    if (!n || c->closing || rcli_now_us() - c->last_ask < 500000) return;
+    c->last_ask = rcli_now_us();
+    if (n->state != C_DOWN) conn_kill(n, "asking again");
+    event_del(n->retry_ev);
+    n->backoff_ms = BACKOFF_MIN_MS;
+    conn_connect(n);
+}
+
 static void conn_connect(struct rconn *n) {
     struct rcli *c = n->cli;
     if (c->closing || n->state != C_DOWN) return;
-    if (n->sub) { /* follow the seeds round robin */
+    if (n->sentinel) { /* the Sentinels round robin */
+        size_t i = c->sent_seed % c->url.nhosts;
+        snprintf(n->host, sizeof n->host, "%s", c->url.hosts[i].host);
+        n->port = c->url.hosts[i].port;
+    } else if (c->url.sentinel) {
+        if (!c->have_master) return; /* connected once a Sentinel names it */
+        if (n->sub) {
+            snprintf(n->host, sizeof n->host, "%s", c->conns->host);
+            n->port = c->conns->port;
+        }
+    } else if (n->sub) { /* follow the seeds round robin */
         size_t i = c->sub_seed % c->url.nhosts;
         snprintf(n->host, sizeof n->host, "%s", c->url.hosts[i].host);
         n->port = c->url.hosts[i].port;
@@ -409,6 +502,13 @@ static void conn_connect(struct rconn *n) {
     n->state = C_CONNECTING;
     n->connect_deadline = rcli_now_us() + CONNECT_TIMEOUT_US;
     int64_t dl = n->connect_deadline;
+    if (n->sentinel) {
+        c->last_ask = rcli_now_us();
+        redisAsyncCommand(ac, master_cb, NULL, "SENTINEL get-master-addr-by-name %s",
+                          c->url.master);
+        redisAsyncCommand(ac, sentinel_msg_cb, NULL, "SUBSCRIBE +switch-master");
+        return;
+    }
     if (c->url.password[0]) {
         const char *av[3] = {"AUTH", c->url.user, c->url.password};
         size_t al[3] = {4, strlen(c->url.user), strlen(c->url.password)};
@@ -630,6 +730,9 @@ static void reply_cb(redisAsyncContext *ac, void *reply, void *pd) {
             }
         }
     }
+    if (r->type == REDIS_REPLY_ERROR && c->sent &&
+        (strncmp(r->str, "READONLY", 8) == 0 || strncmp(r->str, "MASTERDOWN", 10) == 0))
+        sentinel_ask(c); /* talking to a replica: the master moved */
     if (r->type == REDIS_REPLY_ERROR && c->slots &&
         (strncmp(r->str, "CLUSTERDOWN", 11) == 0 || strncmp(r->str, "TRYAGAIN", 8) == 0))
         c->refresh_wanted = true; /* a failover or a reshard under way */
@@ -695,6 +798,9 @@ static void slots_cb(void *pd, redisReply *r, const char *err, bool sent) {
                 break;
             }
     bool first = !c->map_loaded;
+    bool moved = memcmp(c->slots, next, sizeof next) != 0;
+    if (!first && moved)
+        log_info("redis cluster: the slot map changed (%u masters)", masters);
     if (first || masters != c->masters || covered != c->covered)
         log_info("redis cluster: %u masters, %zu of %d slots covered", masters,
                  covered, REDIS_SLOTS);
@@ -750,6 +856,8 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg) {
     }
     if (c->sub && c->sub->state == C_CONNECTING && now > c->sub->connect_deadline)
         conn_kill(c->sub, "connect timeout");
+    if (c->sent && c->sent->state == C_CONNECTING && now > c->sent->connect_deadline)
+        conn_kill(c->sent, "connect timeout");
     int64_t since = now - c->last_refresh;
     if (c->slots && !c->refreshing &&
         ((c->refresh_wanted && since >= REFRESH_MIN_US) ||
@@ -775,10 +883,21 @@ struct rcli *rcli_new(const struct rcli_config *cfg, char *err, size_t errlen) {
     struct timeval tv = {0, TICK_MS * 1000};
     event_add(c->tick_ev, &tv);
     if (c->url.cluster) c->slots = xcalloc(REDIS_SLOTS, sizeof *c->slots);
-    /* seeds (the standalone node is the one seed); connect in URL order */
-    for (size_t i = c->url.nhosts; i-- > 0;)
-        conn_new(c, c->url.hosts[i].host, c->url.hosts[i].port, false);
-    for (struct rconn *n = c->conns; n; n = n->next) conn_connect(n);
+    if (c->url.sentinel) {
+        /* one data connection, to wherever the Sentinels say the master is */
+        conn_new(c, "", 0, false);
+        snprintf(c->why, sizeof c->why, "no Sentinel has named master '%s' yet",
+                 c->url.master);
+        c->sent = conn_new(c, "", 0, true);
+        c->sent->sub = false;
+        c->sent->sentinel = true;
+        conn_connect(c->sent);
+    } else {
+        /* seeds (the standalone node is the one seed); connect in URL order */
+        for (size_t i = c->url.nhosts; i-- > 0;)
+            conn_new(c, c->url.hosts[i].host, c->url.hosts[i].port, false);
+        for (struct rconn *n = c->conns; n; n = n->next) conn_connect(n);
+    }
     if (cfg->channel) {
         c->channel = xstrndup(cfg->channel, strlen(cfg->channel));
         c->sub = conn_new(c, c->url.hosts[0].host, c->url.hosts[0].port, true);
@@ -825,6 +944,10 @@ void rcli_free(struct rcli *c, int drain_ms) {
     if (c->sub) {
         c->sub->next = all;
         all = c->sub;
+    }
+    if (c->sent) {
+        c->sent->next = all;
+        all = c->sent;
     }
     for (struct rconn *n = all; n; n = n->next)
         if (n->ac) conn_kill(n, "closing");
@@ -890,5 +1013,10 @@ void rcli_info(const struct rcli *c,
         snprintf(v, sizeof v, "%s:%d,state=%s", c->sub->host, c->sub->port,
                  states[c->sub->state]);
         emit(ud, "store_redis_subscriber", v);
+    }
+    if (c->sent) {
+        snprintf(v, sizeof v, "%s:%d,state=%s,master=%s", c->sent->host, c->sent->port,
+                 states[c->sent->state], c->have_master ? "known" : "unknown");
+        emit(ud, "store_redis_sentinel", v);
     }
 }

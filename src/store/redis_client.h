@@ -62,6 +62,19 @@ enum rcli_kind {
     RCLI_SCRIPT, /* cmd holds the arguments after EVALSHA's sha */
 };
 
+/* A warning that may repeat for as long as a state lasts (no slots, a
+ * failing CLUSTER SLOTS, CLUSTERDOWN): rwarn logs it when the text
+ * changes, then sums the repeats up once per 30 s; rwarn_clear ends the
+ * state (logging the repeats not yet told). Zero-initialise. */
+struct rwarn {
+    char last[200];
+    int64_t at;
+    uint64_t repeats;
+};
+__attribute__((format(printf, 3, 4)))
+void rwarn(struct rwarn *w, int64_t now_us, const char *fmt, ...);
+void rwarn_clear(struct rwarn *w);
+
 /* Starts connecting. Returns NULL (with a message in err) only if the
  * loop's events cannot be made. */
 struct rcli *rcli_new(const struct rcli_config *cfg, char *err, size_t errlen);
