@@ -25,6 +25,7 @@ struct config {
     uint64_t max_output;  /* per-client reply bytes before it is dropped */
     int log_level;        /* enum log_level */
     bool repair;
+    int64_t memory_horizon; /* ms; 0 = every job in RAM */
 };
 
 /* Fills *cfg from argv (and a --config file it names). Returns 0, 1 when

@@ -23,6 +23,14 @@
  * with DQ_IOERR and the engine is rebuilt from the log, so memory never holds
  * what the log does not; while the log stays unwritable, changes are refused
  * at once and reads go on.
+ *
+ * Far jobs (store/tier.h): an ADD due beyond the memory horizon writes the
+ * whole job to its window's far segment and keeps only its id in the
+ * engine (a FAR record in the log). The commit writes the segments first,
+ * then the log. A loading event reads the segments of windows that opened
+ * into the engine, a few thousand records per loop turn, logging each job
+ * as a LOAD record; a segment read to its end is deleted after a commit
+ * once the log is synced.
  */
 #include <event2/event.h>
 #include <errno.h>
@@ -37,9 +45,11 @@
 #include "lib/log.h"
 #include "lib/xalloc.h"
 #include "store/store.h"
+#include "store/tier.h"
 #include "store/wal.h"
 
 #define ADVANCE_BUDGET 8192 /* jobs moved per timer callback */
+#define LOAD_BUDGET 2048    /* far records read per loading step */
 
 /* What a result's data is, so the batch can turn offsets into pointers. */
 enum pend_kind { PEND_NONE, PEND_ID, PEND_JOBS, PEND_STRS, PEND_STATS };
@@ -75,6 +85,10 @@ struct dq_store {
     struct engine_config ec;
     struct engine *eng;
     struct wal *wal;
+    struct tier *tier;   /* far segments; NULL when nothing is far */
+    struct event *load_ev;
+    int64_t load_at;     /* when load_ev fires; INT64_MAX when not armed */
+    struct buf far_body; /* GET of a far job: its record */
     bool recovering; /* the engine is being rebuilt: hooks do nothing */
     struct event *commit_ev;
     struct event *timer_ev;
@@ -185,6 +199,9 @@ static void fire(struct pending *p, char *base) {
 }
 
 static void arm_timer(struct dq_store *s);
+static void arm_load(struct dq_store *s);
+static void after_change(struct dq_store *s);
+static void recount_far(struct dq_store *s);
 
 /* Rebuilds the engine from the log after a failed commit. Without it memory
  * would hold changes the log does not; if even that fails, the process
@@ -204,14 +221,26 @@ static void reload(struct dq_store *s) {
     event_del(s->timer_ev);
     s->timer_at = INT64_MAX;
     arm_timer(s);
+    tier_rewind(s->tier); /* loads that were not logged are redone */
+    recount_far(s);
+    arm_load(s);
 }
 
 /* Writes the log for everything in the batch; if that fails, fails the
  * batch's changes and rebuilds the engine. */
 static void commit_log(struct dq_store *s) {
     if (!s->wal || !wal_pending(s->wal)) return;
-    if (wal_commit(s->wal) == 0) {
+    /* far segments first: a FAR record in the log names a written record */
+    if (tier_write(s->tier) != 0)
+        wal_fail_batch(s->wal, errno);
+    else if (wal_commit(s->wal) == 0) {
         wal_maybe_compact(s->wal, s->eng, false);
+        if (tier_created(s->tier)) arm_load(s);
+        /* loaded segments go once their LOAD records are on disk */
+        if (tier_unlink_waiting(s->tier) &&
+            (s->cfg.fsync_mode == DQ_FSYNC_ALWAYS ||
+             wal_sync_now(s->wal) == 0))
+            tier_unlink_loaded(s->tier);
         return;
     }
     const char *msg = wal_last_error(s->wal) == ENOMEM
@@ -315,6 +344,11 @@ static void on_engine_expire(void *ud, const struct dq_job *job, bool dead) {
     event_active(s->commit_ev, 0, 0); /* even if no operation is pending */
 }
 
+static void on_engine_far_drop(void *ud, uint64_t ref) {
+    struct dq_store *s = ud;
+    if (!s->recovering) tier_drop(s->tier, ref);
+}
+
 static void arm_timer(struct dq_store *s) {
     int64_t next = engine_next_expiry(s->eng);
     if (next == s->timer_at) return;
@@ -349,6 +383,107 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg) {
     }
 }
 
+/* --- loading far segments ------------------------------------------------- */
+
+static int load_one(void *ud, const struct dq_job *j, uint64_t ref) {
+    struct dq_store *s = ud;
+    int rc = engine_load(s->eng, now_ms(s), j, ref);
+    if (rc == 1) {
+        struct wal_rec r = {.type = WAL_LOAD, .job = *j};
+        wal_append(s->wal, &r);
+    } else if (rc < 0) {
+        log_error("out of memory loading a far job; it stays on disk");
+    }
+    return rc;
+}
+
+/* Compaction of a far segment: the job's record goes to a new place. */
+static int move_one(void *ud, const struct dq_job *j, uint64_t from) {
+    struct dq_store *s = ud;
+    uint64_t ref, to;
+    if (!engine_far_ref(s->eng, j->topic, j->id, &ref) || ref != from)
+        return 0;
+    if (tier_place(s->tier, j, &to) != 0) return 0;
+    engine_far_move(s->eng, j->topic, j->id, from, to);
+    struct wal_rec r = {.type = WAL_MOVE, .ref = to};
+    r.job.topic = j->topic;
+    r.job.id = j->id;
+    wal_append(s->wal, &r);
+    return 1;
+}
+
+struct recount_ctx {
+    struct dq_store *s;
+    struct dq_str topic;
+};
+
+static void recount_ref(void *ud, struct dq_str id, uint64_t ref) {
+    tier_recount(((struct recount_ctx *)ud)->s->tier, ref);
+}
+
+static void recount_topic(void *ud, struct dq_str topic) {
+    struct recount_ctx *c = ud;
+    uint64_t cur = 0;
+    c->topic = topic;
+    do cur = engine_scan_far(c->s->eng, topic, 1u << 20, cur, recount_ref, c);
+    while (cur);
+}
+
+/* How many far jobs point into each segment (after opening or a reload). */
+static void recount_far(struct dq_store *s) {
+    if (!s->tier) return;
+    struct recount_ctx c = {s, {NULL, 0}};
+    tier_recount_begin(s->tier);
+    if (engine_far_count(s->eng)) engine_topics(s->eng, recount_topic, &c);
+    tier_recount_end(s->tier);
+}
+
+static void arm_load(struct dq_store *s) {
+    if (!s->tier || !s->load_ev) return;
+    int64_t now = now_ms(s);
+    int64_t at = tier_load_at(s->tier, now);
+    if (at == s->load_at) return;
+    event_del(s->load_ev);
+    s->load_at = at;
+    if (at == INT64_MAX) return;
+    int64_t wait = at > now ? at - now : 0;
+    struct timeval tv = {wait / 1000, (wait % 1000) * 1000};
+    event_add(s->load_ev, &tv);
+}
+
+/* A loading step: a few thousand records, then the loop serves I/O. While
+ * the log cannot be written nothing is loaded (LOAD records could not be
+ * logged). */
+static void load_cb(evutil_socket_t fd, short what, void *arg) {
+    struct dq_store *s = arg;
+    s->load_at = INT64_MAX;
+    bool more = false;
+    if (wal_writable(s->wal)) {
+        s->in_engine = 1;
+        more = tier_load_step(s->tier, now_ms(s), LOAD_BUDGET, load_one,
+                              move_one, s);
+        if (wal_pending(s->wal)) {
+            event_active(s->commit_ev, 0, 0); /* unlinks after the commit */
+        } else if (tier_unlink_waiting(s->tier) &&
+                   (s->cfg.fsync_mode == DQ_FSYNC_ALWAYS ||
+                    wal_sync_now(s->wal) == 0)) {
+            tier_unlink_loaded(s->tier); /* nothing of it was still far */
+        }
+        after_change(s);
+    }
+    if (more) {
+        struct timeval tv = {0, 0};
+        event_add(s->load_ev, &tv);
+        s->load_at = INT64_MIN;
+    } else if (!wal_writable(s->wal)) {
+        struct timeval tv = {1, 0};
+        event_add(s->load_ev, &tv);
+        s->load_at = INT64_MIN;
+    } else {
+        arm_load(s);
+    }
+}
+
 /* Applies transitions already due before an operation that depends on the
  * ready order, so a job due now queues before one added now. Leaves the
  * engine flag set for the operation that follows. */
@@ -373,6 +508,9 @@ static void emb_close(struct dq_store *s) {
     commit(s);
     commit(s);
     wal_close(s->wal);
+    tier_close(s->tier);
+    if (s->load_ev) event_free(s->load_ev);
+    buf_free(&s->far_body);
     if (s->commit_ev) event_free(s->commit_ev);
     if (s->timer_ev) event_free(s->timer_ev);
     engine_free(s->eng);
@@ -392,10 +530,12 @@ static int emb_open(struct dq_store **out, const struct dq_store_config *cfg,
     }
     s->cfg = *cfg;
     s->timer_at = INT64_MAX;
+    s->load_at = INT64_MAX;
     s->ec = (struct engine_config){
         .max_jobs = cfg->max_jobs,
         .hooks = {.on_ready = on_engine_ready,
                   .on_expire = on_engine_expire,
+                  .on_far_drop = on_engine_far_drop,
                   .ud = s},
     };
     /* The wheel starts at time 0, so the jobs recovery puts back line up by
@@ -403,7 +543,8 @@ static int emb_open(struct dq_store **out, const struct dq_store_config *cfg,
     s->eng = engine_new(&s->ec, 0);
     s->commit_ev = event_new(cfg->base, -1, 0, commit_cb, s);
     s->timer_ev = evtimer_new(cfg->base, timer_cb, s);
-    if (!s->eng || !s->commit_ev || !s->timer_ev) {
+    s->load_ev = evtimer_new(cfg->base, load_cb, s);
+    if (!s->eng || !s->commit_ev || !s->timer_ev || !s->load_ev) {
         snprintf(err, errlen, "out of memory");
         emb_close(s);
         return -1;
@@ -423,7 +564,25 @@ static int emb_open(struct dq_store **out, const struct dq_store_config *cfg,
         emb_close(s);
         return -1;
     }
+    struct tier_config tc = {
+        .dir = wc.dir,
+        .horizon_ms = cfg->memory_horizon_ms > 0 ? cfg->memory_horizon_ms : 0,
+        .fsync_mode = cfg->fsync_mode,
+    };
+    if (tier_open(&s->tier, &tc, err, errlen) != 0) {
+        emb_close(s);
+        return -1;
+    }
+    if (!s->tier && engine_far_count(s->eng) > 0) {
+        snprintf(err, errlen,
+                 "the log names %" PRIu64 " far jobs but %s/%s is missing",
+                 engine_far_count(s->eng), wc.dir, TIER_DIR);
+        emb_close(s);
+        return -1;
+    }
+    recount_far(s);
     arm_timer(s);
+    arm_load(s);
     *out = s;
     return 0;
 }
@@ -486,6 +645,31 @@ static int engine_status(int rc) {
     }
 }
 
+#define NO_ROOM_FAR (ENGINE_ENOMEM - 100)
+
+/* ADD of a job due beyond the horizon: its record to its far segment, its
+ * id to the engine, a FAR record to the log. NO_ROOM_FAR if it cannot go
+ * far (then it goes to RAM). */
+static int add_far(struct dq_store *s, int64_t now, const struct dq_add *a) {
+    struct dq_job j = {
+        .topic = a->topic, .id = a->id, .body = a->body,
+        .state = DQ_DELAYED, .due = a->due, .created = now,
+        .ttr = a->ttr, .retries = a->retries, .backoff = a->backoff,
+    };
+    uint64_t ref;
+    if (tier_place(s->tier, &j, &ref) != 0) return NO_ROOM_FAR;
+    int rc = engine_add_far(s->eng, now, a, ref);
+    if (rc < 0) {
+        tier_unplace(s->tier);
+        return rc;
+    }
+    struct wal_rec r = {.type = WAL_FAR, .ref = ref};
+    r.job.topic = a->topic;
+    r.job.id = a->id;
+    wal_append(s->wal, &r);
+    return rc;
+}
+
 static void emb_add(struct dq_store *s, const struct dq_add *a,
                     dq_store_cb *cb, void *pd) {
     int64_t now = a->now ? a->now : now_ms(s);
@@ -496,6 +680,7 @@ static void emb_add(struct dq_store *s, const struct dq_add *a,
     struct dq_job v;
     if (refuse_change(s, cb, pd)) return;
     catch_up(s, now);
+    bool far = tier_far(s->tier, now, a->due);
     for (int tries = 0;; tries++) {
         if (gen) {
             if (now > s->id_ms) {
@@ -508,13 +693,21 @@ static void emb_add(struct dq_store *s, const struct dq_add *a,
                              s->id_ms, s->id_seq);
             req.id = (struct dq_str){idbuf, (size_t)n};
         }
-        rc = engine_add(s->eng, now, &req, &v);
+        if (far) {
+            rc = add_far(s, now, &req);
+            if (rc == NO_ROOM_FAR) { /* in RAM after all */
+                far = false;
+                rc = engine_add(s->eng, now, &req, &v);
+            }
+        } else {
+            rc = engine_add(s->eng, now, &req, &v);
+        }
         if (!(gen && rc == ENGINE_EEXISTS && tries < 1000)) break;
     }
     if (rc < 0) {
         pend_change(s, cb, pd, engine_status(rc));
     } else {
-        log_job(s, WAL_JOB, &v);
+        if (!far) log_job(s, WAL_JOB, &v);
         struct pending *p = pend_change(s, cb, pd, DQ_OK);
         p->kind = PEND_ID;
         p->cnt = req.id.len;
@@ -551,9 +744,21 @@ static void emb_del(struct dq_store *s, struct dq_str topic,
 static void emb_get(struct dq_store *s, struct dq_str topic, struct dq_str id,
                     dq_store_cb *cb, void *pd) {
     struct dq_job j;
+    uint64_t ref;
     struct pending *p = pend_push(s, cb, pd, DQ_OK);
-    if (engine_get(s->eng, topic, id, &j)) pend_jobs(s, p, &j, 1);
-    else p->kind = PEND_JOBS; /* njobs = 0 */
+    if (engine_get(s->eng, topic, id, &j)) {
+        pend_jobs(s, p, &j, 1);
+    } else if (engine_far_ref(s->eng, topic, id, &ref)) {
+        if (tier_read(s->tier, ref, topic, id, &s->far_body, &j)) {
+            pend_jobs(s, p, &j, 1);
+        } else {
+            p->status = DQ_IOERR;
+            p->errmsg = "the job is kept on disk and its record cannot be "
+                        "read (see the server log)";
+        }
+    } else {
+        p->kind = PEND_JOBS; /* njobs = 0 */
+    }
 }
 
 static void emb_reserve(struct dq_store *s, const struct dq_str *topics,
@@ -715,6 +920,10 @@ static void emb_topics(struct dq_store *s, dq_store_cb *cb, void *pd) {
 static void emb_info(struct dq_store *s, dq_info_emit *emit, void *ud) {
     emit(ud, "store", "embedded");
     dq_info_int(emit, ud, "jobs", (int64_t)(engine_count(s->eng)));
+    dq_info_int(emit, ud, "jobs_in_ram",
+                (int64_t)(engine_count(s->eng) - engine_far_count(s->eng)));
+    dq_info_int(emit, ud, "jobs_on_disk", (int64_t)engine_far_count(s->eng));
+    tier_info(s->tier, emit, ud);
     if (s->wal) wal_info(s->wal, emit, ud);
 }
 

@@ -168,7 +168,10 @@ static size_t key_size(const struct dq_job *j) {
 static size_t rec_size(const struct wal_rec *r) {
     const struct dq_job *j = &r->job;
     switch (r->type) {
-    case WAL_JOB: return 1 + JOB_FIXED + key_size(j) + 4 + j->body.len;
+    case WAL_JOB:
+    case WAL_LOAD: return 1 + JOB_FIXED + key_size(j) + 4 + j->body.len;
+    case WAL_FAR:
+    case WAL_MOVE: return 1 + 8 + key_size(j);
     case WAL_DEL:
     case WAL_ACK: return 1 + key_size(j);
     case WAL_RESERVE:
@@ -192,7 +195,14 @@ static size_t encode_at(uint8_t *dst, const struct wal_rec *r) {
     uint8_t *p = dst + WAL_REC_HEADER;
     *p++ = (uint8_t)r->type;
     switch (r->type) {
+    case WAL_FAR:
+    case WAL_MOVE:
+        p = put64(p, r->ref);
+        p = putstr16(p, j->topic);
+        p = putstr16(p, j->id);
+        break;
     case WAL_JOB:
+    case WAL_LOAD:
         *p++ = (uint8_t)j->state;
         *p++ = j->backoff.kind;
         p = put64(p, (uint64_t)j->due);
@@ -278,8 +288,8 @@ const char *wal_type_name(int type) {
     static const char *const names[] = {
         "?",      "job",    "del",    "ack",     "reserve",  "nack",
         "touch",  "release", "expire", "kick",   "kickall",  "purge",
-        "counters", "snapend"};
-    if (type < 1 || type > WAL_SNAPEND) return "?";
+        "counters", "snapend", "far", "load", "move"};
+    if (type < 1 || type > WAL_MOVE) return "?";
     return names[type];
 }
 
@@ -339,7 +349,15 @@ static const char *decode(const uint8_t *p, size_t n, struct wal_rec *out) {
     struct dq_job *j = &out->job;
     out->type = rd8(&r);
     switch (out->type) {
-    case WAL_JOB: {
+    case WAL_FAR:
+    case WAL_MOVE:
+        out->ref = rd64(&r);
+        rd_key(&r, j);
+        if (!r.bad && out->ref >= (UINT64_C(1) << 48))
+            return "far reference out of range";
+        break;
+    case WAL_JOB:
+    case WAL_LOAD: {
         j->state = rd8(&r);
         j->backoff.kind = rd8(&r);
         j->due = (int64_t)rd64(&r);
@@ -458,7 +476,7 @@ static uint64_t find_valid(const uint8_t *p, size_t len, size_t from) {
 
 /* wal_scan; `verified`, if not NULL, is the end of the records a helper
  * thread has already checked the CRCs of (see scan_big). */
-static int scan(const void *data, size_t len,
+static int scan(const void *data, size_t len, uint64_t start,
                 int (*fn)(void *ud, const struct wal_rec *r, uint64_t off),
                 void *ud, struct wal_scan *res,
                 const atomic_size_t *verified) {
@@ -497,14 +515,15 @@ static int scan(const void *data, size_t len,
     }
     res->kind = get16(p + 10);
     res->seq = get64(p + 16);
-    if (res->kind != WAL_KIND_LOG && res->kind != WAL_KIND_SNAPSHOT) {
+    if (res->kind != WAL_KIND_LOG && res->kind != WAL_KIND_SNAPSHOT &&
+        res->kind != WAL_KIND_FAR) {
         res->end = WAL_END_BADHEADER;
         snprintf(res->why, sizeof res->why, "unknown file kind %d",
                  res->kind);
         return 0;
     }
 
-    size_t off = WAL_HEADER_SIZE;
+    size_t off = start > WAL_HEADER_SIZE ? start : WAL_HEADER_SIZE;
     while (off < len) {
         size_t rem = len - off;
         const char *why = NULL;
@@ -564,7 +583,23 @@ static int scan(const void *data, size_t len,
 int wal_scan(const void *data, size_t len,
              int (*fn)(void *ud, const struct wal_rec *r, uint64_t off),
              void *ud, struct wal_scan *res) {
-    return scan(data, len, fn, ud, res, NULL);
+    return scan(data, len, 0, fn, ud, res, NULL);
+}
+
+int wal_scan_at(const void *data, size_t len, uint64_t start,
+                int (*fn)(void *ud, const struct wal_rec *r, uint64_t off),
+                void *ud, struct wal_scan *res) {
+    return scan(data, len, start, fn, ud, res, NULL);
+}
+
+size_t wal_decode(const void *data, size_t len, struct wal_rec *out) {
+    const uint8_t *p = data;
+    if (len < WAL_REC_HEADER + 1) return 0;
+    uint32_t rl = get32(p + 4);
+    if (rl == 0 || rl > WAL_REC_MAX || rl > len - WAL_REC_HEADER) return 0;
+    if (crc32c(p + 4, 4 + (size_t)rl) != get32(p)) return 0;
+    if (decode(p + WAL_REC_HEADER, rl, out) != NULL) return 0;
+    return WAL_REC_HEADER + rl;
 }
 
 /* Recovery of a large file: a helper thread checks the CRCs ahead of the
@@ -609,8 +644,8 @@ static int scan_big(const void *data, size_t len,
     atomic_init(&v.stop, false);
     pthread_t t;
     if (len < SCAN_HELPER_MIN || pthread_create(&t, NULL, verify_main, &v))
-        return scan(data, len, fn, ud, res, NULL);
-    int rc = scan(data, len, fn, ud, res, &v.done);
+        return scan(data, len, 0, fn, ud, res, NULL);
+    int rc = scan(data, len, 0, fn, ud, res, &v.done);
     atomic_store(&v.stop, true);
     pthread_join(t, NULL);
     return rc;
@@ -697,6 +732,7 @@ static int apply(void *ud, const struct wal_rec *r, uint64_t off) {
      * engine moved), the record's outcome does not. */
     switch (r->type) {
     case WAL_JOB:
+    case WAL_FAR:
         if (rp->snapshot) rp->snap_jobs++;
         else rp->cnt.added++;
         break;
@@ -717,7 +753,16 @@ static int apply(void *ud, const struct wal_rec *r, uint64_t off) {
     }
     switch (r->type) {
     case WAL_JOB:
+    case WAL_LOAD:
         return put_job(rp, &r->job);
+    case WAL_FAR:
+    case WAL_MOVE:
+        if (engine_restore_far(e, r->job.topic, r->job.id, r->ref) < 0) {
+            rp->err = "out of memory restoring a far job";
+            rp->fatal = true;
+            return -1;
+        }
+        return 0;
     case WAL_DEL:
     case WAL_ACK:
         engine_del(e, r->job.topic, r->job.id);
@@ -789,6 +834,7 @@ struct wal {
     uint64_t log_bytes;    /* bytes of the segments after the snapshot */
     uint64_t job_bytes, job_recs; /* whole-job records appended: their mean
                                      size estimates the live jobs' size */
+    uint64_t far_bytes, far_recs; /* the same for far jobs' records */
     /* compaction */
     struct snapper *snap;  /* the compaction running, or NULL */
     int64_t next_compact;  /* monotonic ms; after a failure */
@@ -1015,7 +1061,7 @@ static int count_job(void *ud, const struct wal_rec *r, uint64_t off) {
 
 static void presize(struct engine *e, const void *p, size_t len) {
     struct wal_scan sc;
-    scan(p, len, count_job, e, &sc, NULL);
+    scan(p, len, 0, count_job, e, &sc, NULL);
     engine_expect_done(e);
 }
 
@@ -1423,6 +1469,7 @@ struct snapper {
     char *names;             /* the topics at the start, NUL-separated */
     size_t names_len, at;    /* at: offset of the current topic */
     uint64_t cursor;
+    bool far;                /* walking the topic's far jobs */
     int64_t start;
     /* the end, in a helper thread: sync, rename, delete what it replaces */
     bool syncing;
@@ -1476,6 +1523,16 @@ struct snap_step {
 static void snap_job(void *ud, const struct dq_job *j) {
     struct snap_step *st = ud;
     struct wal_rec r = {.type = WAL_JOB, .job = *j};
+    snap_rec(st->w, &r);
+    st->w->snap->jobs++;
+    st->n++;
+}
+
+static void snap_far(void *ud, struct dq_str id, uint64_t ref) {
+    struct snap_step *st = ud;
+    struct wal_rec r = {.type = WAL_FAR, .ref = ref};
+    r.job.topic = st->topic;
+    r.job.id = id;
     snap_rec(st->w, &r);
     st->w->snap->jobs++;
     st->n++;
@@ -1591,10 +1648,20 @@ static bool compact_step(struct wal *w) {
     while (st.n < SNAP_SLICE && sn->at < sn->names_len && !sn->err) {
         const char *t = sn->names + sn->at;
         st.topic = (struct dq_str){t, strlen(t)};
-        uint64_t next = engine_scan(sn->e, st.topic, SNAP_SCAN, sn->cursor,
-                                    snap_job, &st);
+        /* the jobs in RAM, then the far ones (jobs only move from far to
+         * RAM, and every move is in the new segment anyway) */
+        uint64_t next =
+            sn->far ? engine_scan_far(sn->e, st.topic, SNAP_SCAN, sn->cursor,
+                                      snap_far, &st)
+                    : engine_scan(sn->e, st.topic, SNAP_SCAN, sn->cursor,
+                                  snap_job, &st);
         sn->cursor = next;
-        if (next == 0) sn->at += st.topic.len + 1;
+        if (next == 0 && !sn->far) {
+            sn->far = true;
+        } else if (next == 0) {
+            sn->far = false;
+            sn->at += st.topic.len + 1;
+        }
     }
     if (!sn->err && sn->at >= sn->names_len) {
         struct wal_rec r = {.type = WAL_COUNTERS, .counters = sn->counters};
@@ -1668,9 +1735,12 @@ int wal_maybe_compact(struct wal *w, const struct engine *e, bool force) {
         if (w->log_bytes < min || w->log_bytes < w->snap_bytes) return 0;
         /* Only when dead records dominate: a log that is mostly live jobs
          * (a stream of ADDs) would be rewritten for nothing. */
-        uint64_t live = w->job_recs
-                            ? engine_count(e) * (w->job_bytes / w->job_recs)
-                            : 0;
+        uint64_t nfar = engine_far_count(e);
+        uint64_t live =
+            (w->job_recs ? (engine_count(e) - nfar) *
+                               (w->job_bytes / w->job_recs)
+                         : 0) +
+            (w->far_recs ? nfar * (w->far_bytes / w->far_recs) : 0);
         if (w->snap_bytes + w->log_bytes < 2 * live) return 0;
         if (now < w->next_compact) return 0;
     }
@@ -1772,9 +1842,12 @@ void wal_append(struct wal *w, const struct wal_rec *r) {
         w->out = p;
         w->cap = cap;
     }
-    if (r->type == WAL_JOB) {
+    if (r->type == WAL_JOB || r->type == WAL_LOAD) {
         w->job_bytes += n;
         w->job_recs++;
+    } else if (r->type == WAL_FAR || r->type == WAL_MOVE) {
+        w->far_bytes += n;
+        w->far_recs++;
     }
     w->len += encode_at(w->out + w->len, r);
 }
@@ -1824,6 +1897,17 @@ int wal_commit(struct wal *w) {
     /* a failed background sync breaks the log for what comes next */
     check_sync_thread(w);
     return 0;
+}
+
+void wal_fail_batch(struct wal *w, int err) {
+    w->nomem = false;
+    drop_batch(w);
+    go_broken(w, err, "far segment write");
+}
+
+int wal_sync_now(struct wal *w) {
+    if (w->broken) return -1;
+    return wal_io.fdatasync(w->fd);
 }
 
 bool wal_writable(const struct wal *w) { return !w->broken; }
