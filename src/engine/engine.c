@@ -562,9 +562,9 @@ int engine_load(struct engine *e, int64_t now, const struct dq_job *src,
                 src->attempts, &src->backoff);
     htab_insert(&t->jobs, &j->hnode, h);
     e->count++;
-    int state = (int64_t)j->due <= now ? DQ_READY : DQ_DELAYED;
-    place(e, j, state, (int64_t)j->due);
-    if (state == DQ_READY) notify_ready(e, t);
+    /* through the wheel even if due already, so that it turns ready in
+     * due-time order with the others at the next engine_advance */
+    place(e, j, DQ_DELAYED, (int64_t)j->due);
     return 1;
 }
 

@@ -89,8 +89,10 @@ int engine_far_ref(const struct engine *e, struct dq_str topic,
                    struct dq_str id, uint64_t *ref);
 
 /* Turns the far job src->topic/src->id kept at `ref` into a whole job (the
- * fields of *src, which must be the job as added), delayed, or ready if its
- * due time has passed; not counted as an ADD. Returns 1, 0 if there is no
+ * fields of *src, which must be the job as added), delayed in the timing
+ * wheel at its due time (even a past one: the next engine_advance makes it
+ * ready, in due-time order; among equal due times it counts as scheduled
+ * now); not counted as an ADD. Returns 1, 0 if there is no
  * such far job at that ref (deleted or replaced since: nothing to do), or
  * ENGINE_ENOMEM. */
 int engine_load(struct engine *e, int64_t now, const struct dq_job *src,
