@@ -25,6 +25,7 @@
 
 #include "engine/engine.h"
 #include "lib/htab.h"
+#include "lib/slab.h"
 #include "lib/wheel.h"
 #include "lib/xalloc.h"
 
@@ -93,6 +94,7 @@ struct engine {
     struct dq_stats st; /* global counters and jobs per state */
     uint64_t count;     /* jobs, far ones included */
     uint64_t nfar;
+    struct slab stubs;  /* far jobs: no malloc header, 8-byte rounding */
     struct htab topics;
     struct topic *last; /* the topic found last (most calls repeat it) */
     struct wheel_node idle; /* topics without jobs, oldest first */
@@ -333,7 +335,7 @@ static void stub_remove(struct engine *e, struct topic *t, struct stub *f,
     e->nfar--;
     if (tell && e->hooks.on_far_drop)
         e->hooks.on_far_drop(e->hooks.ud, stub_ref(f));
-    dq_free(f);
+    slab_free(&e->stubs, f);
 }
 
 /* The job topic/id, or NULL; *tp receives its topic. */
@@ -431,21 +433,24 @@ struct engine *engine_new(const struct engine_config *cfg, int64_t now) {
 
 static void free_job_cb(void *ud, struct hnode *n) { dq_free(job_of_h(n)); }
 
-static void free_stub_cb(void *ud, struct hnode *n) { dq_free(stub_of_h(n)); }
+static void free_stub_cb(void *ud, struct hnode *n) {
+    slab_free(ud, stub_of_h(n));
+}
 
 static void free_topic_cb(void *ud, struct hnode *n) {
     struct topic *t = topic_of_h(n);
     htab_foreach(&t->jobs, free_job_cb, NULL);
     htab_destroy(&t->jobs);
-    htab_foreach(&t->far, free_stub_cb, NULL);
+    htab_foreach(&t->far, free_stub_cb, ud);
     htab_destroy(&t->far);
     dq_free(t);
 }
 
 void engine_free(struct engine *e) {
     if (!e) return;
-    htab_foreach(&e->topics, free_topic_cb, NULL);
+    htab_foreach(&e->topics, free_topic_cb, &e->stubs);
     htab_destroy(&e->topics);
+    slab_destroy(&e->stubs);
     dq_free(e);
 }
 
@@ -472,7 +477,7 @@ static int add(struct engine *e, int64_t now, const struct dq_add *a,
     struct job *j = NULL;
     struct stub *f = NULL;
     if (far) {
-        f = dq_malloc(offsetof(struct stub, id) + a->id.len);
+        f = slab_alloc(&e->stubs, offsetof(struct stub, id) + a->id.len);
         if (f) {
             f->id_len1 = (uint8_t)(a->id.len - 1);
             memcpy(f->id, a->id.p, a->id.len);
@@ -744,7 +749,7 @@ static void purge_far_cb(void *ud, struct hnode *n) {
     struct engine *e = ud;
     struct stub *f = stub_of_h(n);
     if (e->hooks.on_far_drop) e->hooks.on_far_drop(e->hooks.ud, stub_ref(f));
-    dq_free(f);
+    slab_free(&e->stubs, f);
 }
 
 int64_t engine_purge(struct engine *e, struct dq_str topic) {
