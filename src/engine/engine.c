@@ -82,6 +82,7 @@ struct topic {
     struct dq_stats st;
     struct wheel_node idle;     /* on the engine's idle list while jobless */
     uint64_t expect;            /* engine_expect: jobs announced */
+    uint64_t expect_far;        /* engine_expect_far: far jobs announced */
     struct topic *touched_next; /* engine_advance: topics that gained ready */
     bool touched;
     uint8_t name_len;
@@ -525,21 +526,41 @@ int engine_add_far(struct engine *e, int64_t now, const struct dq_add *a,
 
 int engine_restore_far(struct engine *e, struct dq_str topic,
                        struct dq_str id, uint64_t ref) {
-    struct dq_add a = {.topic = topic, .id = id, .replace = true};
-    struct dq_stats keep = e->st;
-    uint64_t max = e->max_jobs;
+    assert(ref <= REF_MAX);
     struct topic *t = topic_get(e, topic);
     uint64_t h = htab_hash_bytes(id.p, id.len);
-    struct job *old = t ? job_find(t, id, h) : NULL;
-    if (old) job_remove(e, old, h); /* a reserved one too: the record wins */
-    e->max_jobs = 0; /* what the log holds is never refused */
-    int rc = add(e, 0, &a, true, ref, NULL);
-    e->max_jobs = max;
-    if (rc < 0) return rc;
-    /* not an ADD: the counters stay */
-    struct topic *nt = topic_get(e, topic);
-    nt->st.added--;
-    e->st.added = keep.added;
+    bool created = false;
+    if (t) {
+        struct job *old = htab_count(&t->jobs) ? job_find(t, id, h) : NULL;
+        if (old) job_remove(e, old, h); /* a reserved one too: the record wins */
+        struct stub *f = htab_count(&t->far) ? stub_find(t, id, h) : NULL;
+        if (f) { /* moved, or replaced by another far job */
+            if (e->hooks.on_far_drop)
+                e->hooks.on_far_drop(e->hooks.ud, stub_ref(f));
+            stub_set_ref(f, ref);
+            if (e->hooks.on_far_restore)
+                e->hooks.on_far_restore(e->hooks.ud, ref);
+            return 0;
+        }
+    } else {
+        if (!(t = topic_create(e, topic))) return ENGINE_ENOMEM;
+        created = true;
+    }
+    struct stub *f = slab_alloc(&e->stubs, offsetof(struct stub, id) + id.len);
+    if (!f) {
+        if (created) topic_free(e, t);
+        return ENGINE_ENOMEM;
+    }
+    f->id_len1 = (uint8_t)(id.len - 1);
+    memcpy(f->id, id.p, id.len);
+    stub_set_ref(f, ref);
+    topic_use(e, t);
+    htab_insert(&t->far, &f->hnode, h);
+    e->nfar++;
+    e->count++;
+    t->st.jobs[DQ_DELAYED]++;
+    e->st.jobs[DQ_DELAYED]++;
+    if (e->hooks.on_far_restore) e->hooks.on_far_restore(e->hooks.ud, ref);
     return 0;
 }
 
@@ -617,19 +638,29 @@ int engine_ack(struct engine *e, struct dq_str topic, struct dq_str id) {
 
 void engine_prefetch(const struct engine *e, const struct dq_str *keys,
                      size_t n) {
-    const struct htab *tab[PREFETCH_MAX];
+    const struct htab *tab[PREFETCH_MAX], *far[PREFETCH_MAX];
     uint64_t h[PREFETCH_MAX];
     if (n > PREFETCH_MAX) n = PREFETCH_MAX;
     for (size_t i = 0; i < n; i++) {
         const struct topic *t = topic_lookup(e, keys[2 * i]);
-        tab[i] = t ? &t->jobs : NULL;
+        tab[i] = t && htab_count(&t->jobs) ? &t->jobs : NULL;
+        far[i] = t && htab_count(&t->far) ? &t->far : NULL;
         h[i] = htab_hash_bytes(keys[2 * i + 1].p, keys[2 * i + 1].len);
     }
     /* Level by level, so that each level's loads are in flight together
      * and the next level finds the links it reads already there. */
     for (int depth = 0; depth <= PREFETCH_DEPTH; depth++)
-        for (size_t i = 0; i < n; i++)
+        for (size_t i = 0; i < n; i++) {
             if (tab[i]) htab_prefetch(tab[i], h[i], depth);
+            if (far[i]) htab_prefetch(far[i], h[i], depth);
+        }
+}
+
+void engine_prefetch_far(const struct engine *e, struct dq_str topic,
+                         struct dq_str id, int depth) {
+    const struct topic *t = topic_lookup(e, topic);
+    if (t && htab_count(&t->far))
+        htab_prefetch(&t->far, htab_hash_bytes(id.p, id.len), depth);
 }
 
 int engine_get(const struct engine *e, struct dq_str topic, struct dq_str id,
@@ -939,7 +970,18 @@ void engine_expect(struct engine *e, struct dq_str topic) {
 static void expect_cb(void *ud, struct hnode *n) {
     struct topic *t = topic_of_h(n);
     if (t->expect) htab_reserve(&t->jobs, htab_count(&t->jobs) + t->expect);
-    t->expect = 0;
+    if (t->expect_far)
+        htab_reserve(&t->far, htab_count(&t->far) + t->expect_far);
+    t->expect = t->expect_far = 0;
+}
+
+void engine_expect_far(struct engine *e, struct dq_str topic) {
+    struct topic *t = topic_get(e, topic);
+    if (!t) {
+        if (!(t = topic_create(e, topic))) return; /* only a hint */
+        topic_free_if_empty(e, t);
+    }
+    t->expect_far++;
 }
 
 void engine_expect_done(struct engine *e) {

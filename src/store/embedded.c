@@ -201,7 +201,6 @@ static void fire(struct pending *p, char *base) {
 static void arm_timer(struct dq_store *s);
 static void arm_load(struct dq_store *s);
 static void after_change(struct dq_store *s);
-static void recount_far(struct dq_store *s);
 
 /* Rebuilds the engine from the log after a failed commit. Without it memory
  * would hold changes the log does not; if even that fails, the process
@@ -210,6 +209,7 @@ static void reload(struct dq_store *s) {
     char err[512] = "out of memory";
     struct engine *e = engine_new(&s->ec, 0);
     s->recovering = true;
+    tier_recount_begin(s->tier);
     int rc = e ? wal_reload(s->wal, e, now_ms(s), err, sizeof err) : -1;
     s->recovering = false;
     if (rc != 0) {
@@ -222,7 +222,7 @@ static void reload(struct dq_store *s) {
     s->timer_at = INT64_MAX;
     arm_timer(s);
     tier_rewind(s->tier); /* loads that were not logged are redone */
-    recount_far(s);
+    tier_recount_end(s->tier);
     arm_load(s);
 }
 
@@ -344,9 +344,15 @@ static void on_engine_expire(void *ud, const struct dq_job *job, bool dead) {
     event_active(s->commit_ev, 0, 0); /* even if no operation is pending */
 }
 
+/* Far hooks keep each segment's count of live jobs, in recovery too. */
 static void on_engine_far_drop(void *ud, uint64_t ref) {
     struct dq_store *s = ud;
-    if (!s->recovering) tier_drop(s->tier, ref);
+    tier_drop(s->tier, ref);
+}
+
+static void on_engine_far_restore(void *ud, uint64_t ref) {
+    struct dq_store *s = ud;
+    tier_recount(s->tier, ref);
 }
 
 static void arm_timer(struct dq_store *s) {
@@ -410,32 +416,6 @@ static int move_one(void *ud, const struct dq_job *j, uint64_t from) {
     r.job.id = j->id;
     wal_append(s->wal, &r);
     return 1;
-}
-
-struct recount_ctx {
-    struct dq_store *s;
-    struct dq_str topic;
-};
-
-static void recount_ref(void *ud, struct dq_str id, uint64_t ref) {
-    tier_recount(((struct recount_ctx *)ud)->s->tier, ref);
-}
-
-static void recount_topic(void *ud, struct dq_str topic) {
-    struct recount_ctx *c = ud;
-    uint64_t cur = 0;
-    c->topic = topic;
-    do cur = engine_scan_far(c->s->eng, topic, 1u << 20, cur, recount_ref, c);
-    while (cur);
-}
-
-/* How many far jobs point into each segment (after opening or a reload). */
-static void recount_far(struct dq_store *s) {
-    if (!s->tier) return;
-    struct recount_ctx c = {s, {NULL, 0}};
-    tier_recount_begin(s->tier);
-    if (engine_far_count(s->eng)) engine_topics(s->eng, recount_topic, &c);
-    tier_recount_end(s->tier);
 }
 
 static void arm_load(struct dq_store *s) {
@@ -536,6 +516,7 @@ static int emb_open(struct dq_store **out, const struct dq_store_config *cfg,
         .hooks = {.on_ready = on_engine_ready,
                   .on_expire = on_engine_expire,
                   .on_far_drop = on_engine_far_drop,
+                  .on_far_restore = on_engine_far_restore,
                   .ud = s},
     };
     /* The wheel starts at time 0, so the jobs recovery puts back line up by
@@ -556,14 +537,7 @@ static int emb_open(struct dq_store **out, const struct dq_store_config *cfg,
         .repair = cfg->repair,
         .base = cfg->base,
     };
-    s->recovering = true;
-    int rc = wal_open(&s->wal, &wc, s->eng, now_ms(s), NULL, err, errlen);
-    s->recovering = false;
-    if (rc != 0) {
-        s->wal = NULL;
-        emb_close(s);
-        return -1;
-    }
+    /* the far segments first: replaying the log counts their live jobs */
     struct tier_config tc = {
         .dir = wc.dir,
         .horizon_ms = cfg->memory_horizon_ms > 0 ? cfg->memory_horizon_ms : 0,
@@ -573,6 +547,16 @@ static int emb_open(struct dq_store **out, const struct dq_store_config *cfg,
         emb_close(s);
         return -1;
     }
+    s->recovering = true;
+    tier_recount_begin(s->tier);
+    int rc = wal_open(&s->wal, &wc, s->eng, now_ms(s), NULL, err, errlen);
+    s->recovering = false;
+    if (rc != 0) {
+        s->wal = NULL;
+        emb_close(s);
+        return -1;
+    }
+    tier_recount_end(s->tier);
     if (!s->tier && engine_far_count(s->eng) > 0) {
         snprintf(err, errlen,
                  "the log names %" PRIu64 " far jobs but %s/%s is missing",
@@ -580,7 +564,6 @@ static int emb_open(struct dq_store **out, const struct dq_store_config *cfg,
         emb_close(s);
         return -1;
     }
-    recount_far(s);
     arm_timer(s);
     arm_load(s);
     *out = s;

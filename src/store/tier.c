@@ -287,12 +287,12 @@ static int read_header(struct tier *t, const char *name, uint32_t slot,
         sc.kind != WAL_KIND_FAR) {
         if (n >= 0 && (size_t)n < sizeof h &&
             (n == 0 || sc.end == WAL_END_TORN)) {
-            /* created, header never written: it holds no job */
+            /* created, header never written: it holds no job (its slot is
+             * free: the file is overwritten when the slot is used again) */
             log_warn("far segment %s/%s has no complete header (a crash "
-                     "while creating it): removed",
+                     "while creating it): ignored",
                      t->path, name);
             close(fd);
-            unlinkat(t->dirfd, name, 0);
             return 0;
         }
         snprintf(err, errlen,
@@ -340,6 +340,12 @@ int tier_open(struct tier **out, const struct tier_config *cfg, char *err,
         return -1;
     }
     snprintf(path, pl, "%s/%s", cfg->dir, TIER_DIR);
+    if (cfg->horizon_ms > 0 && mkdir(cfg->dir, 0755) != 0 && errno != EEXIST) {
+        snprintf(err, errlen, "cannot create %s: %s", cfg->dir,
+                 strerror(errno));
+        dq_free(path);
+        return -1;
+    }
     if (cfg->horizon_ms > 0 && mkdir(path, 0755) != 0 && errno != EEXIST) {
         snprintf(err, errlen, "cannot create %s: %s", path, strerror(errno));
         dq_free(path);
