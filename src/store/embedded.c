@@ -49,7 +49,7 @@
 #include "store/wal.h"
 
 #define ADVANCE_BUDGET 8192 /* jobs moved per timer callback */
-#define LOAD_BUDGET 2048    /* far records read per loading step */
+#define LOAD_BUDGET 512     /* far records read per loading step (~0.2 ms) */
 
 /* What a result's data is, so the batch can turn offsets into pointers. */
 enum pend_kind { PEND_NONE, PEND_ID, PEND_JOBS, PEND_STRS, PEND_STATS };
