@@ -96,6 +96,8 @@ struct engine {
     uint64_t count;     /* jobs, far ones included */
     uint64_t nfar;
     struct slab stubs;  /* far jobs: no malloc header, 8-byte rounding */
+    struct slab jobs;   /* jobs up to SLAB_MAX bytes (the rest: malloc), so
+                           pages go back to the system as jobs go */
     struct htab topics;
     struct topic *last; /* the topic found last (most calls repeat it) */
     struct wheel_node idle; /* topics without jobs, oldest first */
@@ -380,10 +382,11 @@ static void unplace(struct engine *e, struct job *j) {
     e->st.jobs[j->state]--;
 }
 
-static struct job *job_alloc(struct topic *t, struct dq_str id,
-                             struct dq_str body) {
+static struct job *job_alloc(struct engine *e, struct topic *t,
+                             struct dq_str id, struct dq_str body) {
     assert(id.len >= 1 && id.len <= DQ_ID_MAX);
-    struct job *j = dq_malloc(offsetof(struct job, data) + id.len + body.len);
+    size_t n = offsetof(struct job, data) + id.len + body.len;
+    struct job *j = n <= SLAB_MAX ? slab_alloc(&e->jobs, n) : dq_malloc(n);
     if (!j) return NULL;
     j->topic = t;
     j->id_len1 = (uint8_t)(id.len - 1);
@@ -406,12 +409,18 @@ static void job_options(struct job *j, int64_t due, int64_t created,
     j->backoff_max = b->max;
 }
 
+static void job_free(struct engine *e, struct job *j) {
+    size_t n = offsetof(struct job, data) + id_len(j) + j->body_len;
+    if (n <= SLAB_MAX) slab_free(&e->jobs, j);
+    else dq_free(j);
+}
+
 /* Unlinks and frees j (not its topic). h is the hash of its id. */
 static void job_remove(struct engine *e, struct job *j, uint64_t h) {
     unplace(e, j);
     htab_remove(&j->topic->jobs, &j->hnode, h);
     e->count--;
-    dq_free(j);
+    job_free(e, j);
 }
 
 /* --- API -------------------------------------------------------------------- */
@@ -432,15 +441,17 @@ struct engine *engine_new(const struct engine_config *cfg, int64_t now) {
     return e;
 }
 
-static void free_job_cb(void *ud, struct hnode *n) { dq_free(job_of_h(n)); }
+static void free_job_cb(void *ud, struct hnode *n) {
+    job_free(ud, job_of_h(n));
+}
 
 static void free_stub_cb(void *ud, struct hnode *n) {
-    slab_free(ud, stub_of_h(n));
+    slab_free(&((struct engine *)ud)->stubs, stub_of_h(n));
 }
 
 static void free_topic_cb(void *ud, struct hnode *n) {
     struct topic *t = topic_of_h(n);
-    htab_foreach(&t->jobs, free_job_cb, NULL);
+    htab_foreach(&t->jobs, free_job_cb, ud);
     htab_destroy(&t->jobs);
     htab_foreach(&t->far, free_stub_cb, ud);
     htab_destroy(&t->far);
@@ -449,9 +460,10 @@ static void free_topic_cb(void *ud, struct hnode *n) {
 
 void engine_free(struct engine *e) {
     if (!e) return;
-    htab_foreach(&e->topics, free_topic_cb, &e->stubs);
+    htab_foreach(&e->topics, free_topic_cb, e);
     htab_destroy(&e->topics);
     slab_destroy(&e->stubs);
+    slab_destroy(&e->jobs);
     dq_free(e);
 }
 
@@ -485,7 +497,7 @@ static int add(struct engine *e, int64_t now, const struct dq_add *a,
             stub_set_ref(f, ref);
         }
     } else {
-        j = job_alloc(t, a->id, a->body);
+        j = job_alloc(e, t, a->id, a->body);
     }
     if (!j && !f) {
         if (created) topic_free(e, t);
@@ -581,7 +593,7 @@ int engine_load(struct engine *e, int64_t now, const struct dq_job *src,
     uint64_t h = htab_hash_bytes(src->id.p, src->id.len);
     struct stub *f = stub_find(t, src->id, h);
     if (!f || stub_ref(f) != ref) return 0;
-    struct job *j = job_alloc(t, src->id, src->body);
+    struct job *j = job_alloc(e, t, src->id, src->body);
     if (!j) return ENGINE_ENOMEM;
     stub_remove(e, t, f, h, false);
     job_options(j, src->due, src->created, src->ttr, src->retries,
@@ -773,7 +785,7 @@ int64_t engine_kick(struct engine *e, int64_t now, struct dq_str topic,
 static void purge_cb(void *ud, struct hnode *n) {
     struct job *j = job_of_h(n);
     unplace(ud, j);
-    dq_free(j);
+    job_free(ud, j);
 }
 
 static void purge_far_cb(void *ud, struct hnode *n) {
@@ -1057,7 +1069,7 @@ int engine_restore(struct engine *e, int64_t now, const struct dq_job *src) {
         if (!(t = topic_create(e, src->topic))) return ENGINE_ENOMEM;
         created = true;
     }
-    struct job *j = job_alloc(t, src->id, src->body);
+    struct job *j = job_alloc(e, t, src->id, src->body);
     if (!j) {
         if (created) topic_free(e, t);
         return ENGINE_ENOMEM;

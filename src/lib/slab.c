@@ -11,6 +11,18 @@
 #include <sys/mman.h>
 
 #include "lib/slab.h"
+#include "lib/xalloc.h"
+
+/* Under AddressSanitizer, free objects and unused page space are poisoned,
+ * so a use after free is caught as with malloc (until the slot is reused). */
+#ifdef __SANITIZE_ADDRESS__
+#include <sanitizer/asan_interface.h>
+#define POISON(p, n) ASAN_POISON_MEMORY_REGION(p, n)
+#define UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION(p, n)
+#else
+#define POISON(p, n) ((void)(p), (void)(n))
+#define UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
 
 struct slab_page {
     struct slab_page *next, *prev; /* on the partial list while it has room */
@@ -37,6 +49,7 @@ static struct slab_page *page_new(uint32_t cls) {
     memset(g, 0, sizeof *g);
     g->bump = (uint32_t)HDR;
     g->cls = cls;
+    POISON(p + HDR, SLAB_PAGE - HDR);
     return g;
 }
 
@@ -61,7 +74,7 @@ static int page_full(const struct slab_page *g) {
 }
 
 void *slab_alloc(struct slab *s, size_t n) {
-    if (n == 0 || n > SLAB_MAX) return NULL;
+    if (n == 0 || n > SLAB_MAX || dq_alloc_fails()) return NULL;
     uint32_t cls = (uint32_t)((n + 7) / 8);
     struct slab_page *g = s->partial[cls];
     if (!g) {
@@ -72,10 +85,12 @@ void *slab_alloc(struct slab *s, size_t n) {
     void *p;
     if (g->free) {
         p = g->free;
+        UNPOISON(p, cls * 8);
         memcpy(&g->free, p, sizeof g->free);
     } else {
         p = (char *)g + g->bump;
         g->bump += cls * 8;
+        UNPOISON(p, cls * 8);
     }
     g->used++;
     s->objects++;
@@ -94,14 +109,17 @@ void slab_free(struct slab *s, void *p) {
              * coming and going does not map and unmap a page each time */
             g->free = NULL;
             g->bump = (uint32_t)HDR;
+            POISON((char *)g + HDR, SLAB_PAGE - HDR);
             return;
         }
         if (g->on_list) list_del(s, g);
+        UNPOISON(g, SLAB_PAGE); /* the range may be mapped again */
         munmap(g, SLAB_PAGE);
         s->pages--;
         return;
     }
     memcpy(p, &g->free, sizeof g->free);
+    POISON(p, g->cls * 8);
     g->free = p;
     if (!g->on_list) list_add(s, g);
 }
@@ -112,6 +130,7 @@ void slab_destroy(struct slab *s) {
         struct slab_page *g = s->partial[c];
         while (g) {
             struct slab_page *next = g->next;
+            UNPOISON(g, SLAB_PAGE); /* the range may be mapped again */
             munmap(g, SLAB_PAGE);
             s->pages--;
             g = next;

@@ -35,9 +35,11 @@
 #include <event2/event.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "engine/engine.h"
 #include "lib/buf.h"
@@ -50,6 +52,8 @@
 
 #define ADVANCE_BUDGET 8192 /* jobs moved per timer callback */
 #define LOAD_BUDGET 512     /* far records read per loading step (~0.2 ms) */
+#define TRIM_MIN 65536      /* jobs gone since the peak before memory is trimmed */
+#define TRIM_DELAY_MS 200   /* after the drop, so a burst of removals is done */
 
 /* What a result's data is, so the batch can turn offsets into pointers. */
 enum pend_kind { PEND_NONE, PEND_ID, PEND_JOBS, PEND_STRS, PEND_STATS };
@@ -92,6 +96,11 @@ struct dq_store {
     bool recovering; /* the engine is being rebuilt: hooks do nothing */
     struct event *commit_ev;
     struct event *timer_ev;
+    struct event *trim_ev;
+    uint64_t trim_peak;  /* most jobs in RAM since the last trim */
+    bool trim_armed;
+    uint64_t trims;
+    int64_t trim_us, trim_us_max; /* the last trim and the longest */
     int64_t timer_at; /* INT64_MAX when not armed */
     struct batch cur;
     /* ready notifications waiting for the engine call to return */
@@ -389,6 +398,43 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg) {
     }
 }
 
+/* --- giving memory back ------------------------------------------------------ */
+
+static int64_t mono_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* Jobs are malloc'd one by one, so after a PURGE or a drain their memory
+ * is free inside the heap but still resident: malloc_trim hands the free
+ * pages back to the kernel (MADV_DONTNEED). Done once the removals have
+ * settled, and only after a large drop, so it costs nothing in steady
+ * state. */
+static void trim_cb(evutil_socket_t fd, short what, void *arg) {
+    struct dq_store *s = arg;
+    s->trim_armed = false;
+    int64_t t0 = mono_us();
+    malloc_trim(0);
+    s->trim_us = mono_us() - t0;
+    if (s->trim_us > s->trim_us_max) s->trim_us_max = s->trim_us;
+    s->trims++;
+    s->trim_peak = engine_count(s->eng) - engine_far_count(s->eng);
+    log_debug("memory trimmed in %" PRId64 " us", s->trim_us);
+}
+
+static void note_count(struct dq_store *s) {
+    uint64_t n = engine_count(s->eng) - engine_far_count(s->eng);
+    if (n > s->trim_peak) {
+        s->trim_peak = n;
+    } else if (!s->trim_armed && s->trim_ev && s->trim_peak - n >= TRIM_MIN &&
+               n < s->trim_peak / 2) {
+        struct timeval tv = {0, TRIM_DELAY_MS * 1000};
+        event_add(s->trim_ev, &tv);
+        s->trim_armed = true;
+    }
+}
+
 /* --- loading far segments ------------------------------------------------- */
 
 static int load_one(void *ud, const struct dq_job *j, uint64_t ref) {
@@ -477,6 +523,7 @@ static void catch_up(struct dq_store *s, int64_t now) {
 /* After every engine call that changes state. */
 static void after_change(struct dq_store *s) {
     s->in_engine = 0;
+    note_count(s);
     if (s->timer_at != INT64_MIN) arm_timer(s);
     flush_ready(s);
 }
@@ -490,6 +537,7 @@ static void emb_close(struct dq_store *s) {
     wal_close(s->wal);
     tier_close(s->tier);
     if (s->load_ev) event_free(s->load_ev);
+    if (s->trim_ev) event_free(s->trim_ev);
     buf_free(&s->far_body);
     if (s->commit_ev) event_free(s->commit_ev);
     if (s->timer_ev) event_free(s->timer_ev);
@@ -525,7 +573,9 @@ static int emb_open(struct dq_store **out, const struct dq_store_config *cfg,
     s->commit_ev = event_new(cfg->base, -1, 0, commit_cb, s);
     s->timer_ev = evtimer_new(cfg->base, timer_cb, s);
     s->load_ev = evtimer_new(cfg->base, load_cb, s);
-    if (!s->eng || !s->commit_ev || !s->timer_ev || !s->load_ev) {
+    s->trim_ev = evtimer_new(cfg->base, trim_cb, s);
+    if (!s->eng || !s->commit_ev || !s->timer_ev || !s->load_ev ||
+        !s->trim_ev) {
         snprintf(err, errlen, "out of memory");
         emb_close(s);
         return -1;
@@ -907,6 +957,9 @@ static void emb_info(struct dq_store *s, dq_info_emit *emit, void *ud) {
                 (int64_t)(engine_count(s->eng) - engine_far_count(s->eng)));
     dq_info_int(emit, ud, "jobs_on_disk", (int64_t)engine_far_count(s->eng));
     tier_info(s->tier, emit, ud);
+    dq_info_int(emit, ud, "memory_trims", (int64_t)s->trims);
+    dq_info_int(emit, ud, "memory_trim_last_us", s->trim_us);
+    dq_info_int(emit, ud, "memory_trim_max_us", s->trim_us_max);
     if (s->wal) wal_info(s->wal, emit, ud);
 }
 
