@@ -832,7 +832,8 @@ int64_t engine_purge(struct engine *e, struct dq_str topic) {
 
 
 #define LIST_WORK 65536 /* buckets and jobs one LIST call looks at, beyond COUNT */
-#define LIST_NEAR (UINT64_C(1) << 63) /* cursor bit: delayed jobs in RAM */
+#define LIST_NEAR (UINT64_C(1) << 62) /* cursor bit: delayed jobs in RAM (62:
+                                        cursors stay positive int64s) */
 
 struct list_ctx {
     int state;
@@ -873,8 +874,8 @@ uint64_t engine_list(const struct engine *e, struct dq_str topic, int state,
     if (count == 0) count = 1;
     struct list_ctx c = {state, fn, ud, 0, 0};
     uint64_t budget = LIST_WORK + (uint64_t)count * 4;
-    /* Delayed jobs: the far table first (cursor bit 63 clear), then the jobs
-     * in RAM (bit 63 set). Jobs only move from far to RAM, so one that moves
+    /* Delayed jobs: the far table first (cursor bit 62 clear), then the jobs
+     * in RAM (bit 62 set). Jobs only move from far to RAM, so one that moves
      * during the scan is met in RAM if it was not met far. */
     if (state == DQ_DELAYED && !(cursor & LIST_NEAR)) {
         if (htab_count(&t->far)) {

@@ -41,6 +41,13 @@
 
 struct event_base;
 
+/* The store's contract with the loop: a store keeps at most this many
+ * events of its own active (ready to run in the current loop turn) at any
+ * time -- its batch or commit event. A front end compares the loop's count
+ * of active events against it (with its own) to tell whether other work is
+ * waiting in this turn; see front/resp/conn.c's slices. */
+#define DQ_STORE_ACTIVE_EVENTS 1
+
 enum dq_status {
     DQ_OK = 0,
     DQ_EXISTS,       /* ADD: id taken */
@@ -186,8 +193,8 @@ void dq_info_int(dq_info_emit *emit, void *ud, const char *name, int64_t v);
 extern const struct dq_store_ops dq_store_embedded;
 extern const struct dq_store_ops dq_store_redis;
 
-/* The store for a --store URL: embedded for NULL or "", redis for redis://
- * and redis-cluster://; NULL for anything else. */
+/* The store for a --store URL: embedded for NULL or "", redis for redis://,
+ * redis-cluster:// and redis-sentinel://; NULL for anything else. */
 const struct dq_store_ops *dq_store_for_url(const char *url);
 
 #endif
