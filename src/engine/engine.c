@@ -25,6 +25,7 @@
 
 #include "engine/engine.h"
 #include "lib/htab.h"
+#include "lib/slab.h"
 #include "lib/wheel.h"
 #include "lib/xalloc.h"
 
@@ -87,6 +88,7 @@ struct topic {
     struct dq_stats st;
     struct wheel_node idle;     /* on the engine's idle list while jobless */
     uint64_t expect;            /* engine_expect: jobs announced */
+    uint64_t expect_far;        /* engine_expect_far: far jobs announced */
     struct topic *touched_next; /* engine_advance: topics that gained ready */
     bool touched;
     uint8_t name_len;
@@ -99,6 +101,9 @@ struct engine {
     struct dq_stats st; /* global counters and jobs per state */
     uint64_t count;     /* jobs, far ones included */
     uint64_t nfar;
+    struct slab stubs;  /* far jobs: no malloc header, 8-byte rounding */
+    struct slab jobs;   /* jobs up to SLAB_MAX bytes (the rest: malloc), so
+                           pages go back to the system as jobs go */
     struct htab topics;
     struct topic *last; /* the topic found last (most calls repeat it) */
     struct wheel_node idle; /* topics without jobs, oldest first */
@@ -353,7 +358,7 @@ static void stub_remove(struct engine *e, struct topic *t, struct stub *f,
     e->nfar--;
     if (tell && e->hooks.on_far_drop)
         e->hooks.on_far_drop(e->hooks.ud, stub_ref(f));
-    dq_free(f);
+    slab_free(&e->stubs, f);
 }
 
 /* The job topic/id, or NULL; *tp receives its topic. */
@@ -404,15 +409,15 @@ static void unplace(struct engine *e, struct job *j) {
 }
 
 /* A job of topic t; url.len 0 = not a push job (no tail). */
-static struct job *job_alloc(struct topic *t, struct dq_str id,
-                             struct dq_str body, struct dq_str url,
-                             struct dq_str ctype) {
+static struct job *job_alloc(struct engine *e, struct topic *t,
+                             struct dq_str id, struct dq_str body,
+                             struct dq_str url, struct dq_str ctype) {
     assert(id.len >= 1 && id.len <= DQ_ID_MAX);
     assert(url.len <= DQ_URL_MAX && ctype.len <= DQ_CTYPE_MAX);
     bool push = url.len > 0;
     size_t tail = push ? PUSH_TAIL_FIXED + url.len + ctype.len : 0;
-    struct job *j =
-        dq_malloc(offsetof(struct job, data) + id.len + body.len + tail);
+    size_t n = offsetof(struct job, data) + id.len + body.len + tail;
+    struct job *j = n <= SLAB_MAX ? slab_alloc(&e->jobs, n) : dq_malloc(n);
     if (!j) return NULL;
     j->topic = t;
     j->id_len1 = (uint8_t)(id.len - 1);
@@ -444,12 +449,29 @@ static void job_options(struct job *j, int64_t due, int64_t created,
     j->backoff_max = b->max;
 }
 
+/* The bytes of j's allocation (what job_alloc asked for). */
+static size_t job_size(const struct job *j) {
+    size_t n = offsetof(struct job, data) + id_len(j) + j->body_len;
+    if (j->push) {
+        const uint8_t *p = (const uint8_t *)j->data + n -
+                           offsetof(struct job, data);
+        n += PUSH_TAIL_FIXED + ((size_t)p[0] | (size_t)p[1] << 8) + p[2];
+    }
+    return n;
+}
+
+static void job_free(struct engine *e, struct job *j) {
+    size_t n = job_size(j);
+    if (n <= SLAB_MAX) slab_free(&e->jobs, j);
+    else dq_free(j);
+}
+
 /* Unlinks and frees j (not its topic). h is the hash of its id. */
 static void job_remove(struct engine *e, struct job *j, uint64_t h) {
     unplace(e, j);
     htab_remove(&j->topic->jobs, &j->hnode, h);
     e->count--;
-    dq_free(j);
+    job_free(e, j);
 }
 
 /* --- API -------------------------------------------------------------------- */
@@ -470,23 +492,29 @@ struct engine *engine_new(const struct engine_config *cfg, int64_t now) {
     return e;
 }
 
-static void free_job_cb(void *ud, struct hnode *n) { dq_free(job_of_h(n)); }
+static void free_job_cb(void *ud, struct hnode *n) {
+    job_free(ud, job_of_h(n));
+}
 
-static void free_stub_cb(void *ud, struct hnode *n) { dq_free(stub_of_h(n)); }
+static void free_stub_cb(void *ud, struct hnode *n) {
+    slab_free(&((struct engine *)ud)->stubs, stub_of_h(n));
+}
 
 static void free_topic_cb(void *ud, struct hnode *n) {
     struct topic *t = topic_of_h(n);
-    htab_foreach(&t->jobs, free_job_cb, NULL);
+    htab_foreach(&t->jobs, free_job_cb, ud);
     htab_destroy(&t->jobs);
-    htab_foreach(&t->far, free_stub_cb, NULL);
+    htab_foreach(&t->far, free_stub_cb, ud);
     htab_destroy(&t->far);
     dq_free(t);
 }
 
 void engine_free(struct engine *e) {
     if (!e) return;
-    htab_foreach(&e->topics, free_topic_cb, NULL);
+    htab_foreach(&e->topics, free_topic_cb, e);
     htab_destroy(&e->topics);
+    slab_destroy(&e->stubs);
+    slab_destroy(&e->jobs);
     dq_free(e);
 }
 
@@ -513,14 +541,14 @@ static int add(struct engine *e, int64_t now, const struct dq_add *a,
     struct job *j = NULL;
     struct stub *f = NULL;
     if (far) {
-        f = dq_malloc(offsetof(struct stub, id) + a->id.len);
+        f = slab_alloc(&e->stubs, offsetof(struct stub, id) + a->id.len);
         if (f) {
             f->id_len1 = (uint8_t)(a->id.len - 1);
             memcpy(f->id, a->id.p, a->id.len);
             stub_set_ref(f, ref);
         }
     } else {
-        j = job_alloc(t, a->id, a->body, a->url, a->content_type);
+        j = job_alloc(e, t, a->id, a->body, a->url, a->content_type);
     }
     if (!j && !f) {
         if (created) topic_free(e, t);
@@ -561,21 +589,41 @@ int engine_add_far(struct engine *e, int64_t now, const struct dq_add *a,
 
 int engine_restore_far(struct engine *e, struct dq_str topic,
                        struct dq_str id, uint64_t ref) {
-    struct dq_add a = {.topic = topic, .id = id, .replace = true};
-    struct dq_stats keep = e->st;
-    uint64_t max = e->max_jobs;
+    assert(ref <= REF_MAX);
     struct topic *t = topic_get(e, topic);
     uint64_t h = htab_hash_bytes(id.p, id.len);
-    struct job *old = t ? job_find(t, id, h) : NULL;
-    if (old) job_remove(e, old, h); /* a reserved one too: the record wins */
-    e->max_jobs = 0; /* what the log holds is never refused */
-    int rc = add(e, 0, &a, true, ref, NULL);
-    e->max_jobs = max;
-    if (rc < 0) return rc;
-    /* not an ADD: the counters stay */
-    struct topic *nt = topic_get(e, topic);
-    nt->st.added--;
-    e->st.added = keep.added;
+    bool created = false;
+    if (t) {
+        struct job *old = htab_count(&t->jobs) ? job_find(t, id, h) : NULL;
+        if (old) job_remove(e, old, h); /* a reserved one too: the record wins */
+        struct stub *f = htab_count(&t->far) ? stub_find(t, id, h) : NULL;
+        if (f) { /* moved, or replaced by another far job */
+            if (e->hooks.on_far_drop)
+                e->hooks.on_far_drop(e->hooks.ud, stub_ref(f));
+            stub_set_ref(f, ref);
+            if (e->hooks.on_far_restore)
+                e->hooks.on_far_restore(e->hooks.ud, ref);
+            return 0;
+        }
+    } else {
+        if (!(t = topic_create(e, topic))) return ENGINE_ENOMEM;
+        created = true;
+    }
+    struct stub *f = slab_alloc(&e->stubs, offsetof(struct stub, id) + id.len);
+    if (!f) {
+        if (created) topic_free(e, t);
+        return ENGINE_ENOMEM;
+    }
+    f->id_len1 = (uint8_t)(id.len - 1);
+    memcpy(f->id, id.p, id.len);
+    stub_set_ref(f, ref);
+    topic_use(e, t);
+    htab_insert(&t->far, &f->hnode, h);
+    e->nfar++;
+    e->count++;
+    t->st.jobs[DQ_DELAYED]++;
+    e->st.jobs[DQ_DELAYED]++;
+    if (e->hooks.on_far_restore) e->hooks.on_far_restore(e->hooks.ud, ref);
     return 0;
 }
 
@@ -597,16 +645,16 @@ int engine_load(struct engine *e, int64_t now, const struct dq_job *src,
     struct stub *f = stub_find(t, src->id, h);
     if (!f || stub_ref(f) != ref) return 0;
     struct job *j =
-        job_alloc(t, src->id, src->body, src->url, src->content_type);
+        job_alloc(e, t, src->id, src->body, src->url, src->content_type);
     if (!j) return ENGINE_ENOMEM;
     stub_remove(e, t, f, h, false);
     job_options(j, src->due, src->created, src->ttr, src->retries,
                 src->attempts, &src->backoff);
     htab_insert(&t->jobs, &j->hnode, h);
     e->count++;
-    int state = (int64_t)j->due <= now ? DQ_READY : DQ_DELAYED;
-    place(e, j, state, (int64_t)j->due);
-    if (state == DQ_READY) notify_ready(e, t);
+    /* through the wheel even if due already, so that it turns ready in
+     * due-time order with the others at the next engine_advance */
+    place(e, j, DQ_DELAYED, (int64_t)j->due);
     return 1;
 }
 
@@ -654,19 +702,29 @@ int engine_ack(struct engine *e, struct dq_str topic, struct dq_str id) {
 
 void engine_prefetch(const struct engine *e, const struct dq_str *keys,
                      size_t n) {
-    const struct htab *tab[PREFETCH_MAX];
+    const struct htab *tab[PREFETCH_MAX], *far[PREFETCH_MAX];
     uint64_t h[PREFETCH_MAX];
     if (n > PREFETCH_MAX) n = PREFETCH_MAX;
     for (size_t i = 0; i < n; i++) {
         const struct topic *t = topic_lookup(e, keys[2 * i]);
-        tab[i] = t ? &t->jobs : NULL;
+        tab[i] = t && htab_count(&t->jobs) ? &t->jobs : NULL;
+        far[i] = t && htab_count(&t->far) ? &t->far : NULL;
         h[i] = htab_hash_bytes(keys[2 * i + 1].p, keys[2 * i + 1].len);
     }
     /* Level by level, so that each level's loads are in flight together
      * and the next level finds the links it reads already there. */
     for (int depth = 0; depth <= PREFETCH_DEPTH; depth++)
-        for (size_t i = 0; i < n; i++)
+        for (size_t i = 0; i < n; i++) {
             if (tab[i]) htab_prefetch(tab[i], h[i], depth);
+            if (far[i]) htab_prefetch(far[i], h[i], depth);
+        }
+}
+
+void engine_prefetch_far(const struct engine *e, struct dq_str topic,
+                         struct dq_str id, int depth) {
+    const struct topic *t = topic_lookup(e, topic);
+    if (t && htab_count(&t->far))
+        htab_prefetch(&t->far, htab_hash_bytes(id.p, id.len), depth);
 }
 
 int engine_get(const struct engine *e, struct dq_str topic, struct dq_str id,
@@ -797,14 +855,14 @@ int64_t engine_kick(struct engine *e, int64_t now, struct dq_str topic,
 static void purge_cb(void *ud, struct hnode *n) {
     struct job *j = job_of_h(n);
     unplace(ud, j);
-    dq_free(j);
+    job_free(ud, j);
 }
 
 static void purge_far_cb(void *ud, struct hnode *n) {
     struct engine *e = ud;
     struct stub *f = stub_of_h(n);
     if (e->hooks.on_far_drop) e->hooks.on_far_drop(e->hooks.ud, stub_ref(f));
-    dq_free(f);
+    slab_free(&e->stubs, f);
 }
 
 int64_t engine_purge(struct engine *e, struct dq_str topic) {
@@ -844,7 +902,8 @@ int64_t engine_purge(struct engine *e, struct dq_str topic) {
 
 
 #define LIST_WORK 65536 /* buckets and jobs one LIST call looks at, beyond COUNT */
-#define LIST_NEAR (UINT64_C(1) << 63) /* cursor bit: delayed jobs in RAM */
+#define LIST_NEAR (UINT64_C(1) << 62) /* cursor bit: delayed jobs in RAM (62:
+                                        cursors stay positive int64s) */
 
 struct list_ctx {
     int state;
@@ -885,8 +944,8 @@ uint64_t engine_list(const struct engine *e, struct dq_str topic, int state,
     if (count == 0) count = 1;
     struct list_ctx c = {state, fn, ud, 0, 0};
     uint64_t budget = LIST_WORK + (uint64_t)count * 4;
-    /* Delayed jobs: the far table first (cursor bit 63 clear), then the jobs
-     * in RAM (bit 63 set). Jobs only move from far to RAM, so one that moves
+    /* Delayed jobs: the far table first (cursor bit 62 clear), then the jobs
+     * in RAM (bit 62 set). Jobs only move from far to RAM, so one that moves
      * during the scan is met in RAM if it was not met far. */
     if (state == DQ_DELAYED && !(cursor & LIST_NEAR)) {
         if (htab_count(&t->far)) {
@@ -994,7 +1053,18 @@ void engine_expect(struct engine *e, struct dq_str topic) {
 static void expect_cb(void *ud, struct hnode *n) {
     struct topic *t = topic_of_h(n);
     if (t->expect) htab_reserve(&t->jobs, htab_count(&t->jobs) + t->expect);
-    t->expect = 0;
+    if (t->expect_far)
+        htab_reserve(&t->far, htab_count(&t->far) + t->expect_far);
+    t->expect = t->expect_far = 0;
+}
+
+void engine_expect_far(struct engine *e, struct dq_str topic) {
+    struct topic *t = topic_get(e, topic);
+    if (!t) {
+        if (!(t = topic_create(e, topic))) return; /* only a hint */
+        topic_free_if_empty(e, t);
+    }
+    t->expect_far++;
 }
 
 void engine_expect_done(struct engine *e) {
@@ -1071,7 +1141,7 @@ int engine_restore(struct engine *e, int64_t now, const struct dq_job *src) {
         created = true;
     }
     struct job *j =
-        job_alloc(t, src->id, src->body, src->url, src->content_type);
+        job_alloc(e, t, src->id, src->body, src->url, src->content_type);
     if (!j) {
         if (created) topic_free(e, t);
         return ENGINE_ENOMEM;

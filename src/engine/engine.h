@@ -57,6 +57,8 @@ struct engine_hooks {
     /* A far job (engine_add_far) is gone: deleted, purged or replaced (not
      * loaded). `ref` is where its store keeps it. May be NULL. */
     void (*on_far_drop)(void *ud, uint64_t ref);
+    /* engine_restore_far put back a far job kept at `ref` (recovery). */
+    void (*on_far_restore)(void *ud, uint64_t ref);
     void *ud;
 };
 
@@ -83,8 +85,9 @@ int engine_add(struct engine *e, int64_t now, const struct dq_add *a,
 int engine_add_far(struct engine *e, int64_t now, const struct dq_add *a,
                    uint64_t ref);
 
-/* Recovery: puts back a far job, replacing any job with its topic and id,
- * without counting it. Returns 0 or ENGINE_ENOMEM. */
+/* Recovery: puts back a far job, replacing any job with its topic and id
+ * (a far one through on_far_drop), without counting it; calls
+ * on_far_restore. Returns 0 or ENGINE_ENOMEM. */
 int engine_restore_far(struct engine *e, struct dq_str topic,
                        struct dq_str id, uint64_t ref);
 
@@ -93,8 +96,10 @@ int engine_far_ref(const struct engine *e, struct dq_str topic,
                    struct dq_str id, uint64_t *ref);
 
 /* Turns the far job src->topic/src->id kept at `ref` into a whole job (the
- * fields of *src, which must be the job as added), delayed, or ready if its
- * due time has passed; not counted as an ADD. Returns 1, 0 if there is no
+ * fields of *src, which must be the job as added), delayed in the timing
+ * wheel at its due time (even a past one: the next engine_advance makes it
+ * ready, in due-time order; among equal due times it counts as scheduled
+ * now); not counted as an ADD. Returns 1, 0 if there is no
  * such far job at that ref (deleted or replaced since: nothing to do), or
  * ENGINE_ENOMEM. */
 int engine_load(struct engine *e, int64_t now, const struct dq_job *src,
@@ -124,6 +129,11 @@ int engine_del(struct engine *e, struct dq_str topic, struct dq_str id);
  * instead of coming one after the other. */
 void engine_prefetch(const struct engine *e, const struct dq_str *keys,
                      size_t n);
+
+/* The same for one far job, one level of its far-table chain (depth as
+ * htab_prefetch), for a caller that pipelines several by hand. */
+void engine_prefetch_far(const struct engine *e, struct dq_str topic,
+                         struct dq_str id, int depth);
 
 int engine_get(const struct engine *e, struct dq_str topic, struct dq_str id,
                struct dq_job *out);
@@ -219,10 +229,11 @@ bool engine_advance(struct engine *e, int64_t now, uint32_t budget);
 int engine_restore(struct engine *e, int64_t now, const struct dq_job *j);
 
 /* Bulk loads (recovery): engine_expect announces one job about to be
- * restored into topic; engine_expect_done sizes every announced topic's id
+ * restored into topic (engine_expect_far: one far job); engine_expect_done sizes every announced topic's id
  * table for its jobs at once, so restoring them never rehashes. Hints only:
  * no job changes, and a failure to allocate is ignored. */
 void engine_expect(struct engine *e, struct dq_str topic);
+void engine_expect_far(struct engine *e, struct dq_str topic);
 void engine_expect_done(struct engine *e);
 
 /* Calls fn for every job (any order). fn must not change the engine. */

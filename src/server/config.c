@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lib/duration.h"
 #include "lib/log.h"
 #include "lib/xalloc.h"
 #include "server/config.h"
@@ -14,7 +15,7 @@
 
 enum opt_kind {
     OPT_STR, OPT_LIST, OPT_PORT, OPT_U64, OPT_FSYNC, OPT_LEVEL, OPT_FLAG,
-    OPT_DASHBOARD
+    OPT_DASHBOARD, OPT_MS
 };
 
 struct opt {
@@ -63,6 +64,9 @@ static const struct opt opts[] = {
      "push: ms to wait for a receiver (never longer than the job's TTR)"},
     {"push-concurrency", OPT_U64, F(push_concurrency), "64",
      "push: most deliveries in flight per topic"},
+    {"memory-horizon", OPT_MS, F(memory_horizon), "1h",
+     "embedded store: jobs due later than this are kept on disk, only their "
+     "ids in RAM (0 = every job in RAM)"},
     {"repair", OPT_FLAG, F(repair), NULL,
      "truncate a corrupt log at the first bad record instead of refusing "
      "to start"},
@@ -127,6 +131,17 @@ static int set_opt(struct config *cfg, const struct opt *o, const char *v,
         else if (strcmp(v, "on") == 0) *(int *)field = 2;
         else break;
         return 0;
+    case OPT_MS: {
+        int64_t ms;
+        const char *why;
+        if (duration_parse(v, &ms, &why) != 0) {
+            snprintf(err, errlen, "invalid value '%s' for --%s: %s", v,
+                     o->name, why);
+            return -1;
+        }
+        *(int64_t *)field = ms;
+        return 0;
+    }
     case OPT_FLAG:
         if (!v || strcmp(v, "yes") == 0 || strcmp(v, "true") == 0)
             *(bool *)field = true;

@@ -34,6 +34,7 @@ struct config {
     char *push_allow;     /* host patterns, comma-separated */
     uint64_t push_timeout;     /* ms */
     uint64_t push_concurrency; /* per topic */
+    int64_t memory_horizon; /* ms; 0 = every job in RAM */
 };
 
 /* Fills *cfg from argv (and a --config file it names). Returns 0, 1 when

@@ -96,6 +96,7 @@ int server_init(struct server *srv, struct config *cfg) {
             .fsync_mode = cfg->fsync_mode,
             .repair = cfg->repair,
             .max_jobs = cfg->max_jobs,
+            .memory_horizon_ms = cfg->memory_horizon,
         },
         .max_body = cfg->max_body,
         .push_allow = cfg->push_allow,

@@ -1,0 +1,48 @@
+/* slab.h -- an allocator for many small objects of a few sizes.
+ *
+ * Objects are rounded up to a multiple of 8 bytes (no per-object header,
+ * unlike malloc's 8 bytes and 16-byte rounding) and carved from aligned
+ * pages of SLAB_PAGE bytes, one size per page. A page whose last object is
+ * freed goes back to the operating system at once, so memory follows the
+ * number of objects down as well as up (a PURGE of a million objects gives
+ * their pages back; one page with room per size is kept for reuse).
+ *
+ * Not thread-safe. Pages come from mmap; allocation failure returns NULL.
+ */
+#ifndef DQ_SLAB_H
+#define DQ_SLAB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SLAB_PAGE (256u << 10)
+#define SLAB_MAX 512 /* largest object */
+
+struct slab_page;
+
+struct slab {
+    struct slab_page *partial[SLAB_MAX / 8 + 1]; /* pages with room, by size */
+    uint64_t pages;   /* pages held */
+    uint64_t objects; /* objects allocated */
+};
+
+/* A zeroed struct slab is ready to use. */
+
+/* An object of n bytes (1 .. SLAB_MAX), 8-aligned; NULL if no page can be
+ * had. */
+void *slab_alloc(struct slab *s, size_t n);
+
+/* Frees an object from this slab. Accepts NULL. */
+void slab_free(struct slab *s, void *p);
+
+/* Frees the pages left once every object was freed (a page with room is
+ * kept for reuse); pages still full of objects are not known here: free the
+ * objects first. */
+void slab_destroy(struct slab *s);
+
+/* Bytes of pages held. */
+static inline uint64_t slab_bytes(const struct slab *s) {
+    return s->pages * SLAB_PAGE;
+}
+
+#endif
