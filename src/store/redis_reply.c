@@ -348,9 +348,9 @@ static void wait_reply_cb(void *pd, redisReply *r, const char *err, bool sent) {
     bool ok = r && r->type == REDIS_REPLY_INTEGER && r->integer >= s->url.replicas;
     if (!ok)
         snprintf(m, sizeof m, "the change was made on the Redis master but %s "
-                 "%d replica%s within %d ms; it may be lost if the master fails",
+                 "%d replica%s in time; it may be lost if the master fails",
                  r && r->type == REDIS_REPLY_INTEGER ? "did not reach" : "could not be confirmed on",
-                 s->url.replicas, s->url.replicas == 1 ? "" : "s", WAIT_MS);
+                 s->url.replicas, s->url.replicas == 1 ? "" : "s");
     for (size_t i = 0; i < sc->nu; i++) {
         struct rreq *rq = sc->units[i]->rq;
         if (!ok && op_writes(rq->op)) rs_req_fail(rq, DQ_TIMEOUT, m);
@@ -361,10 +361,16 @@ static void wait_reply_cb(void *pd, redisReply *r, const char *err, bool sent) {
 
 static void replicas_wait(struct scall *sc) {
     struct dq_store *s = sc->s;
+    /* no longer than the requests may still wait (they answer in 2 s) */
+    int64_t deadline = INT64_MAX;
+    for (size_t i = 0; i < sc->nu; i++)
+        if (sc->units[i]->rq->deadline < deadline) deadline = sc->units[i]->rq->deadline;
+    int64_t left = (deadline - rcli_now_us()) / 1000 - 50;
+    int wait_ms = left < 1 ? 1 : left > WAIT_MS ? WAIT_MS : (int)left;
     char n[16], ms[16];
     const char *av[3] = {"WAIT", n, ms};
     size_t al[3] = {4, (size_t)snprintf(n, sizeof n, "%d", s->url.replicas),
-                    (size_t)snprintf(ms, sizeof ms, "%d", WAIT_MS)};
+                    (size_t)snprintf(ms, sizeof ms, "%d", wait_ms)};
     /* on the connection that ran the script: the one serving its slot */
     rs_send_raw(s, sc->slot, 3, av, al, wait_reply_cb, sc);
 }
