@@ -427,3 +427,25 @@ def test_http_add_with_url(make_server, recv):
     c = s.raw()
     wait_gone(c, "t", "j")
     assert pairs(h.call("STATS", "t"))["pushed"] == 1
+
+
+def test_far_push_job_keeps_its_url(make_server, recv):
+    """A push job due beyond --memory-horizon waits in a far segment (the tiered
+    store) and comes back with its URL and content type."""
+    rc = recv()
+    s = make_server("--memory-horizon", "1s")
+    c = s.raw()
+    due = now_ms() + 4000
+    c.call("ADD", "t", "far", "far body", "AT", due, "URL", rc.url("/far"),
+           "CONTENT-TYPE", "text/x-far")
+    info_text = c.call("INFO").decode()
+    assert "far" in info_text
+    assert state_of(c, "t", "far")["url"] == rc.url("/far").encode()
+    s.restart()  # the far job's URL is on disk, not only in memory
+    c = s.raw()
+    assert state_of(c, "t", "far")["content_type"] == b"text/x-far"
+    rc.wait(lambda rs: len(rs) >= 1, timeout=15)
+    r = rc.of("t/far")[0]
+    assert r.path == "/far" and r.body == b"far body" and r.headers["content-type"] == "text/x-far"
+    assert int(r.headers["delayq-due"]) == due
+    wait_gone(c, "t", "far")

@@ -297,7 +297,7 @@ static void test_push_job_in_log(void **state) {
     r.job.url = S("http://h/");
     r.job.content_type = S("text/plain");
     size_t push = wal_encode(&b, &r);
-    assert_int_equal((uint8_t)b.p[plain + WAL_REC_HEADER], WAL_PUSHJOB);
+    assert_int_equal((uint8_t)b.p[plain + WAL_REC_HEADER], WAL_JOB | WAL_PUSH);
     assert_int_equal(push, plain + 4 + strlen("http://h/") + strlen("text/plain"));
     buf_free(&b);
 }
