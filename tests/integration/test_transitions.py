@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from conftest import (NIL_ARRAY, assert_between, assert_err, encode_command, now_ms, pairs,
+from conftest import (NIL_ARRAY, STATS_KEYS, assert_between, assert_err, encode_command, now_ms, pairs,
                       wait_until)
 
 
@@ -546,8 +546,7 @@ def test_stats_counters(c):
     c.call("ADD", "sy", "y", "x", "DELAY", 60000)
     make_dead(c, "sz", "z")
 
-    z = dict.fromkeys(["jobs_delayed", "jobs_ready", "jobs_reserved", "jobs_dead", "added", "reserved",
-                       "acked", "nacked", "expired", "dead", "deleted", "kicked"], 0)
+    z = dict.fromkeys(STATS_KEYS, 0)
     assert stats("sb") == dict(z, jobs_ready=1, added=1, reserved=1, nacked=1)
     assert stats("se") == dict(z, jobs_ready=1, added=1, reserved=1, expired=1)
     assert stats("sd") == dict(z, jobs_ready=1, added=1, reserved=1, nacked=1, dead=1, kicked=1)
@@ -555,7 +554,8 @@ def test_stats_counters(c):
     assert stats("sy") == dict(z, jobs_delayed=1, added=1)
     assert stats("sz") == dict(z, jobs_dead=1, added=1, reserved=1, nacked=1, dead=1)
     assert stats() == dict(jobs_delayed=1, jobs_ready=3, jobs_reserved=1, jobs_dead=1, added=8,
-                           reserved=6, acked=1, nacked=3, expired=1, dead=2, deleted=1, kicked=1)
+                           reserved=6, acked=1, nacked=3, expired=1, dead=2, deleted=1, kicked=1,
+                           pushed=0, push_failed=0)
 
 
 def test_topic_counters_survive_the_topic_draining(c):
@@ -566,8 +566,7 @@ def test_topic_counters_survive_the_topic_draining(c):
     assert c.call("ACK", "sa", "a") == 1
     c.call("ADD", "sc", "c", "x")
     assert c.call("DEL", "sc", "c") == 1
-    z = dict.fromkeys(["jobs_delayed", "jobs_ready", "jobs_reserved", "jobs_dead", "added", "reserved",
-                       "acked", "nacked", "expired", "dead", "deleted", "kicked"], 0)
+    z = dict.fromkeys(STATS_KEYS, 0)
     assert pairs(c.call("STATS", "sa")) == dict(z, added=1, reserved=1, acked=1)
     assert pairs(c.call("STATS", "sc")) == dict(z, added=1, deleted=1)
     assert pairs(c.call("STATS"))["acked"] == 1
