@@ -45,6 +45,9 @@ static struct slab_page *page_new(uint32_t cls) {
     if (p > m) munmap(m, (size_t)(p - m));
     char *end = m + 2 * (size_t)SLAB_PAGE;
     if (end > p + SLAB_PAGE) munmap(p + SLAB_PAGE, (size_t)(end - (p + SLAB_PAGE)));
+    /* fewer TLB misses walking millions of small objects, where
+     * transparent huge pages are on for this process */
+    madvise(p, SLAB_PAGE, MADV_HUGEPAGE);
     struct slab_page *g = (struct slab_page *)p;
     memset(g, 0, sizeof *g);
     g->bump = (uint32_t)HDR;

@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SLAB_PAGE (256u << 10)
+#define SLAB_PAGE (2u << 20) /* a huge page, where the system allows */
 #define SLAB_MAX 512 /* largest object */
 
 struct slab_page;

@@ -93,6 +93,8 @@ struct dq_store {
     struct tier *tier;   /* far segments; NULL when nothing is far */
     struct event *load_ev;
     int64_t load_at;     /* when load_ev fires; INT64_MAX when not armed */
+    bool unlink_pending; /* loaded segments wait for unlink_mark to be durable */
+    uint64_t unlink_mark;
     struct buf far_body; /* GET of a far job: its record */
     bool recovering; /* the engine is being rebuilt: hooks do nothing */
     struct event *commit_ev;
@@ -214,6 +216,7 @@ static void fire(struct pending *p, char *base) {
 
 static void arm_timer(struct dq_store *s);
 static void arm_load(struct dq_store *s);
+static void unlink_check(struct dq_store *s);
 static void after_change(struct dq_store *s);
 
 /* Rebuilds the engine from the log after a failed commit. Without it memory
@@ -250,11 +253,7 @@ static void commit_log(struct dq_store *s) {
     else if (wal_commit(s->wal) == 0) {
         wal_maybe_compact(s->wal, s->eng, false);
         if (tier_created(s->tier)) arm_load(s);
-        /* loaded segments go once their LOAD records are on disk */
-        if (tier_unlink_waiting(s->tier) &&
-            (s->cfg.fsync_mode == DQ_FSYNC_ALWAYS ||
-             wal_sync_now(s->wal) == 0))
-            tier_unlink_loaded(s->tier);
+        unlink_check(s);
         return;
     }
     const char *msg = wal_last_error(s->wal) == ENOMEM
@@ -483,10 +482,30 @@ static int move_one(void *ud, const struct dq_job *j, uint64_t from) {
     return 1;
 }
 
+/* Loaded (or compacted) segments are deleted once the records that made
+ * them useless are durable: the sync thread's work, never an fdatasync on
+ * the loop. Called after commits and from the loading event. */
+static void unlink_check(struct dq_store *s) {
+    if (!s->tier) return;
+    if (s->unlink_pending && wal_durable(s->wal, s->unlink_mark) &&
+        tier_unlink_ready(s->tier)) {
+        tier_unlink_loaded(s->tier);
+        s->unlink_pending = false;
+    }
+    if (!s->unlink_pending && !wal_pending(s->wal) &&
+        tier_unlink_waiting(s->tier)) {
+        tier_unlink_mark(s->tier);
+        s->unlink_mark = wal_commit_mark(s->wal);
+        s->unlink_pending = true;
+        arm_load(s); /* to look again */
+    }
+}
+
 static void arm_load(struct dq_store *s) {
     if (!s->tier || !s->load_ev) return;
     int64_t now = now_ms(s);
     int64_t at = tier_load_at(s->tier, now);
+    if (s->unlink_pending && at > now + 250) at = now + 250; /* look again */
     if (at == s->load_at) return;
     event_del(s->load_ev);
     s->load_at = at;
@@ -507,13 +526,8 @@ static void load_cb(evutil_socket_t fd, short what, void *arg) {
         s->in_engine = 1;
         more = tier_load_step(s->tier, now_ms(s), LOAD_BUDGET, load_one,
                               move_one, s);
-        if (wal_pending(s->wal)) {
-            event_active(s->commit_ev, 0, 0); /* unlinks after the commit */
-        } else if (tier_unlink_waiting(s->tier) &&
-                   (s->cfg.fsync_mode == DQ_FSYNC_ALWAYS ||
-                    wal_sync_now(s->wal) == 0)) {
-            tier_unlink_loaded(s->tier); /* nothing of it was still far */
-        }
+        if (wal_pending(s->wal)) event_active(s->commit_ev, 0, 0);
+        unlink_check(s);
         after_change(s);
     }
     if (more) {

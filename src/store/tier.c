@@ -16,6 +16,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,7 +37,8 @@
 #define SEG_MAX (UINT32_MAX - 1) /* offsets are 32-bit */
 #define SYNC_MS 1000             /* everysec: how often segments are synced */
 
-enum seg_state { SEG_FAR, SEG_LOADING, SEG_LOADED, SEG_KEPT, SEG_COMPACTING };
+enum seg_state { SEG_FAR, SEG_LOADING, SEG_LOADED, SEG_KEPT, SEG_COMPACTING,
+                 SEG_SYNCING };
 
 #define COMPACT_MIN (64u << 10) /* a segment smaller than this is left alone */
 #define COMPACT_LIVE 4          /* compacted when live * this < records */
@@ -67,6 +69,8 @@ struct syncq {
     bool running, stop;
     int *fds;             /* dup'ed descriptors to sync, then close */
     size_t n, cap;
+    uint64_t queued;      /* rounds of writes queued ... */
+    _Atomic uint64_t done;/* ... and synced */
 };
 
 struct tier {
@@ -87,6 +91,7 @@ struct tier {
     bool compact_check;   /* a segment may have become mostly dead */
     struct seg *compacting;
     uint64_t compactions, moved;
+    uint64_t unlink_round;  /* segment writes queued when the mark was taken */
     struct syncq sync;
 };
 
@@ -122,6 +127,7 @@ static void *sync_main(void *arg) {
         if (q->n == 0) break; /* stopping, nothing left */
         int *fds = q->fds;
         size_t n = q->n;
+        uint64_t round = q->queued;
         q->fds = NULL;
         q->n = q->cap = 0;
         pthread_mutex_unlock(&q->mu);
@@ -132,6 +138,7 @@ static void *sync_main(void *arg) {
             close(fds[i]);
         }
         dq_free(fds);
+        atomic_store(&q->done, round);
         pthread_mutex_lock(&q->mu);
         if (!q->stop) { /* at most one round of syncs a second */
             struct timespec ts;
@@ -153,6 +160,7 @@ static void sync_later(struct tier *t, int fd) {
         struct stat a, b;
         if (fstat(q->fds[i], &a) == 0 && fstat(d, &b) == 0 &&
             a.st_ino == b.st_ino) { /* already queued */
+            q->queued++;
             pthread_mutex_unlock(&q->mu);
             close(d);
             return;
@@ -170,6 +178,7 @@ static void sync_later(struct tier *t, int fd) {
         q->cap = cap;
     }
     q->fds[q->n++] = d;
+    q->queued++;
     pthread_cond_signal(&q->cv);
     pthread_mutex_unlock(&q->mu);
 }
@@ -544,7 +553,7 @@ void tier_rewind(struct tier *t) {
         if (s->size == 0 && s->writable) /* header not written yet */
             wal_encode_header(&s->pend, WAL_KIND_FAR, (uint64_t)s->start);
         if (s->state == SEG_LOADING) s->at = WAL_HEADER_SIZE;
-        if (s->state == SEG_LOADED) {
+        if (s->state == SEG_LOADED || s->state == SEG_SYNCING) {
             s->state = SEG_LOADING; /* its LOAD records may be lost */
             s->at = WAL_HEADER_SIZE;
         }
@@ -852,7 +861,8 @@ static bool compact_step(struct tier *t, int64_t now, uint32_t budget,
     t->compacting = NULL;
     t->compactions++;
     s->state = SEG_LOADED; /* deleted once the moves are durable */
-    return false;
+    t->compact_check = true; /* another may be waiting */
+    return true;
 }
 
 bool tier_created(struct tier *t) {
@@ -868,12 +878,26 @@ bool tier_unlink_waiting(const struct tier *t) {
     return false;
 }
 
+void tier_unlink_mark(struct tier *t) {
+    if (!t) return;
+    for (size_t i = 0; i < t->nsegs; i++)
+        if (t->segs[i]->state == SEG_LOADED) t->segs[i]->state = SEG_SYNCING;
+    pthread_mutex_lock(&t->sync.mu);
+    t->unlink_round = t->sync.queued;
+    pthread_mutex_unlock(&t->sync.mu);
+}
+
+bool tier_unlink_ready(const struct tier *t) {
+    /* new segments a compaction copied into are synced too (everysec) */
+    return !t || !t->sync.running || atomic_load(&t->sync.done) >= t->unlink_round;
+}
+
 void tier_unlink_loaded(struct tier *t) {
     if (!t) return;
     bool any = false;
     for (size_t i = 0; i < t->nsegs;) {
         struct seg *s = t->segs[i];
-        if (s->state != SEG_LOADED) {
+        if (s->state != SEG_SYNCING) {
             i++;
             continue;
         }

@@ -107,8 +107,12 @@ bool tier_created(struct tier *t);
 /* True if loaded segments wait for their LOAD records to be durable. */
 bool tier_unlink_waiting(const struct tier *t);
 
-/* Deletes the loaded segments: call once the log records written so far
- * are durable. */
+/* Deleting loaded segments: once their LOAD (or MOVE) records are committed,
+ * tier_unlink_mark picks the segments waiting; once those records are
+ * durable (wal_durable) and tier_unlink_ready says the segments written up
+ * to then are synced too, tier_unlink_loaded deletes the picked ones. */
+void tier_unlink_mark(struct tier *t);
+bool tier_unlink_ready(const struct tier *t);
 void tier_unlink_loaded(struct tier *t);
 
 /* INFO lines: far segments, their bytes, loading progress. */

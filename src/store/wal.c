@@ -669,7 +669,7 @@ static int scan_big(const void *data, size_t len,
 
 /* --- replay into the engine ---------------------------------------------- */
 
-#define FAR_AHEAD 16
+#define FAR_AHEAD 32
 
 struct replay {
     struct engine *e;
@@ -864,6 +864,7 @@ struct syncer {
     bool running, stop;
     int next_fd;              /* handed over by the loop, -1 if none */
     atomic_uint_fast64_t written; /* bumped by every commit */
+    atomic_uint_fast64_t synced;  /* the value of `written` last synced */
     atomic_int err;           /* errno of a failed sync, 0 if none */
 };
 
@@ -1435,8 +1436,12 @@ static void *sync_main(void *arg) {
         }
         uint64_t wr = atomic_load(&s->written);
         if (cur >= 0 && wr != synced) {
-            if (wal_io.fdatasync(cur) != 0) atomic_store(&s->err, errno);
-            else synced = wr;
+            if (wal_io.fdatasync(cur) != 0) {
+                atomic_store(&s->err, errno);
+            } else {
+                synced = wr;
+                atomic_store(&s->synced, wr);
+            }
         }
         if (stop) break;
         pthread_mutex_lock(&s->mu);
@@ -1963,9 +1968,14 @@ void wal_fail_batch(struct wal *w, int err) {
     go_broken(w, err, "far segment write");
 }
 
-int wal_sync_now(struct wal *w) {
-    if (w->broken) return -1;
-    return wal_io.fdatasync(w->fd);
+uint64_t wal_commit_mark(const struct wal *w) {
+    return atomic_load(&w->sync.written);
+}
+
+bool wal_durable(const struct wal *w, uint64_t mark) {
+    if (w->cfg.fsync_mode != DQ_FSYNC_EVERYSEC || !w->sync.running)
+        return true; /* always: synced by the commit; no: never promised */
+    return atomic_load(&w->sync.synced) >= mark;
 }
 
 bool wal_writable(const struct wal *w) { return !w->broken; }

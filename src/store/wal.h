@@ -223,9 +223,11 @@ int wal_commit(struct wal *w);
  * wal_commit does; the caller reloads its engine. */
 void wal_fail_batch(struct wal *w, int err);
 
-/* fdatasync of the segment being written, now, on the caller's thread: what
- * was committed is on disk when it returns 0. */
-int wal_sync_now(struct wal *w);
+/* A mark for everything committed so far, and whether it is durable as the
+ * fsync mode promises (always: at once; everysec: once the sync thread has
+ * synced it, within about a second; no: at once, nothing being promised). */
+uint64_t wal_commit_mark(const struct wal *w);
+bool wal_durable(const struct wal *w, uint64_t mark);
 
 /* False while the log is broken: the store must refuse changes. */
 bool wal_writable(const struct wal *w);
