@@ -178,12 +178,28 @@ struct builder {
     struct buf reqs;
     size_t nargs;
     uint64_t njobs;           /* jobs its reserves may take */
+    /* Units merge: consecutive single-shard RESERVEs of one shard become
+     * one script request for all their jobs (a request costs the script
+     * ~4 us of Lua whatever its COUNT), handed back in unit order. */
+    size_t nreq;              /* script requests */
+    struct umap *um;          /* per unit (ucap of them) */
+    bool merge_open;          /* the last request may take more units */
+    uint32_t merge_gi;        /* its group */
+    size_t merge_off;         /* offset of its fixed-width count in reqs */
+    uint64_t merge_count;
+};
+
+/* Where a unit's result is in the call's reply. */
+struct umap {
+    uint32_t req;             /* the script request */
+    uint64_t want;            /* reserve: jobs it asked for */
 };
 
 struct scall { /* a script call in flight */
     struct dq_store *s;
     struct unit **units;
-    size_t nu;
+    struct umap *um;
+    size_t nu, nreq;
     struct rshard **groups;
     size_t ng;
     uint64_t msg_stamp;

@@ -327,19 +327,46 @@ static void builder_add(struct dq_store *s, struct builder *b, struct unit *u,
     struct rreq *rq = u->rq;
     uint32_t gi[MAX_UNIT_GROUPS > 1024 ? MAX_UNIT_GROUPS : 1024];
     for (size_t i = 0; i < u->ng; i++) gi[i] = builder_group(s, b, rq->gs[u->g0 + i]);
-    s->scratch.len = 0;
-    size_t na = unit_args(u, &s->scratch, now);
-    arg_cstr(&b->reqs, OPS[rq->op].lua);
-    arg_int(&b->reqs, (int64_t)u->ng);
-    for (size_t i = 0; i < u->ng; i++) arg_int(&b->reqs, gi[i] + 1);
-    arg_int(&b->reqs, (int64_t)na);
-    buf_append(&b->reqs, s->scratch.p, s->scratch.len);
-    b->nargs += 3 + u->ng + na;
-    if (rq->op == OP_RESERVE) b->njobs += rq->count;
     if (b->nu == b->ucap) {
         b->ucap = b->ucap ? b->ucap * 2 : 16;
         b->units = xrealloc(b->units, b->ucap * sizeof *b->units);
+        b->um = xrealloc(b->um, b->ucap * sizeof *b->um);
     }
+    bool mergeable = rq->op == OP_RESERVE && u->ng == 1;
+    if (rq->op == OP_RESERVE) b->njobs += rq->count;
+    b->um[b->nu].want = rq->count;
+    if (mergeable && b->merge_open && b->merge_gi == gi[0]) {
+        /* one more unit for the last request: raise its count */
+        char t[16];
+        b->merge_count += rq->count;
+        snprintf(t, sizeof t, "%010" PRIu64, b->merge_count);
+        memcpy(b->reqs.p + b->merge_off, t, 10);
+        b->um[b->nu].req = (uint32_t)(b->nreq - 1);
+        b->units[b->nu++] = u;
+        return;
+    }
+    arg_cstr(&b->reqs, OPS[rq->op].lua);
+    arg_int(&b->reqs, (int64_t)u->ng);
+    for (size_t i = 0; i < u->ng; i++) arg_int(&b->reqs, gi[i] + 1);
+    size_t na;
+    if (mergeable) { /* the count in a fixed width, so that it can grow */
+        char t[16];
+        arg_int(&b->reqs, 1);
+        snprintf(t, sizeof t, "%010" PRIu64, rq->count);
+        arg_str(&b->reqs, t, 10);
+        b->merge_off = b->reqs.len - 12;
+        b->merge_gi = gi[0];
+        b->merge_count = rq->count;
+        na = 1;
+    } else {
+        s->scratch.len = 0;
+        na = unit_args(u, &s->scratch, now);
+        arg_int(&b->reqs, (int64_t)na);
+        buf_append(&b->reqs, s->scratch.p, s->scratch.len);
+    }
+    b->merge_open = mergeable;
+    b->nargs += 3 + u->ng + na;
+    b->um[b->nu].req = (uint32_t)b->nreq++;
     b->units[b->nu++] = u;
 }
 
@@ -373,13 +400,15 @@ static void builder_send(struct dq_store *s, struct builder *b, int64_t now) {
         /* whether jobs may be due: adds skip the carry otherwise */
         arg_cstr(&out, sh->next <= now ? "1" : "0");
     }
-    arg_int(&out, (int64_t)b->nu);
+    arg_int(&out, (int64_t)b->nreq);
     buf_append(&out, b->reqs.p, b->reqs.len);
     int argc = (int)(1 + NKEYS * b->ng + 4 + 3 * b->ng + 1 + b->nargs);
     struct scall *sc = xcalloc(1, sizeof *sc);
     sc->s = s;
     sc->units = b->units;
+    sc->um = b->um;
     sc->nu = b->nu;
+    sc->nreq = b->nreq;
     sc->groups = b->groups;
     sc->ng = b->ng;
     sc->msg_stamp = s->msg_counter;
@@ -392,7 +421,10 @@ static void builder_send(struct dq_store *s, struct builder *b, int64_t now) {
     b->groups = NULL;
     b->ng = b->gcap = 0;
     b->units = NULL;
+    b->um = NULL;
     b->nu = b->ucap = 0;
+    b->nreq = 0;
+    b->merge_open = false;
     b->reqs.len = 0;
     b->nargs = 0;
     b->njobs = 0;
@@ -410,6 +442,7 @@ static void builder_init(struct dq_store *s, struct builder *b, int slot) {
 static void builder_destroy(struct builder *b) {
     dq_free(b->groups);
     dq_free(b->units);
+    dq_free(b->um);
     buf_free(&b->reqs);
 }
 
