@@ -259,9 +259,9 @@ void rs_script_cb(void *pd, redisReply *r, const char *err, bool sent) {
         r->element[1]->type == REDIS_REPLY_ARRAY &&
         r->element[1]->elements == 2 * sc->ng) {
         const redisReply *flat = r->element[0];
-        views = xcalloc(sc->nu ? sc->nu : 1, sizeof *views);
+        views = xcalloc(sc->nreq ? sc->nreq : 1, sizeof *views);
         size_t pos = 0, i = 0;
-        for (; i < sc->nu && pos < flat->elements; i++) {
+        for (; i < sc->nreq && pos < flat->elements; i++) {
             int64_t k = int_at(flat, pos);
             if (k < 0 || (size_t)k > flat->elements - pos - 1) break;
             views[i].type = REDIS_REPLY_ARRAY;
@@ -269,7 +269,7 @@ void rs_script_cb(void *pd, redisReply *r, const char *err, bool sent) {
             views[i].element = flat->element + pos + 1;
             pos += 1 + (size_t)k;
         }
-        if (i == sc->nu && pos == flat->elements) {
+        if (i == sc->nreq && pos == flat->elements) {
             res = flat;
             info = r->element[1];
         }
@@ -300,11 +300,34 @@ void rs_script_cb(void *pd, redisReply *r, const char *err, bool sent) {
     bool wait = false;
     for (size_t i = 0; res && s->url.replicas > 0 && i < sc->nu && !wait; i++)
         wait = op_writes(sc->units[i]->rq->op);
+    /* merged reserves: each unit takes its jobs in turn (taken[] per
+     * request, in jobs), through a view of the code and its triplets */
+    size_t *taken = res ? xcalloc(sc->nreq ? sc->nreq : 1, sizeof *taken) : NULL;
+    redisReply **tmp = res ? xmalloc((res->elements + 1) * sizeof *tmp) : NULL;
     for (size_t i = 0; i < sc->nu; i++) {
         struct unit *u = sc->units[i];
         struct rreq *rq = u->rq;
         if (res) {
-            unit_result(u, &views[i]);
+            const struct umap *m = &sc->um[i];
+            redisReply *v = &views[m->req];
+            if (rq->op == OP_RESERVE && u->ng == 1 && v->elements >= 1) {
+                size_t avail = (v->elements - 1) / 3 - taken[m->req];
+                size_t k = avail < m->want ? avail : (size_t)m->want;
+                tmp[0] = v->element[0];
+                memcpy(tmp + 1, v->element + 1 + 3 * taken[m->req], 3 * k * sizeof *tmp);
+                taken[m->req] += k;
+                redisReply sub = {.type = REDIS_REPLY_ARRAY, .elements = 1 + 3 * k,
+                                  .element = tmp};
+                unit_result(u, &sub);
+            } else if (m->merged && v->elements >= 3 + (size_t)m->sub) {
+                /* del/ack merged: code, sum, then each one's count */
+                tmp[0] = v->element[0];
+                tmp[1] = v->element[2 + m->sub];
+                redisReply sub = {.type = REDIS_REPLY_ARRAY, .elements = 2, .element = tmp};
+                unit_result(u, &sub);
+            } else {
+                unit_result(u, v);
+            }
             rq->units_ok++;
         } else if (r && r->type == REDIS_REPLY_ERROR) {
             map_error(rq, r->str);
@@ -325,6 +348,8 @@ void rs_script_cb(void *pd, redisReply *r, const char *err, bool sent) {
         }
     }
     dq_free(views);
+    dq_free(taken);
+    dq_free(tmp);
     if (wait) {
         replicas_wait(sc);
         return;
@@ -334,6 +359,7 @@ void rs_script_cb(void *pd, redisReply *r, const char *err, bool sent) {
 
 static void scall_free(struct scall *sc) {
     dq_free(sc->units);
+    dq_free(sc->um);
     dq_free(sc->groups);
     dq_free(sc);
 }
