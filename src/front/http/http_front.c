@@ -5,6 +5,7 @@
 #include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/http.h>
+#include <event2/listener.h>
 #include <event2/keyvalq_struct.h>
 #include <jansson.h>
 #include <stdarg.h>
@@ -254,15 +255,30 @@ struct http_front *http_front_new(struct event_base *base, struct core *core,
                                             EVHTTP_REQ_DELETE |
                                             EVHTTP_REQ_HEAD);
     evhttp_set_gencb(f->http, request_cb, f);
-    f->sock = evhttp_bind_socket_with_handle(f->http, cfg->bind,
-                                             (ev_uint16_t)cfg->port);
-    if (!f->sock) {
-        snprintf(err, errlen, "cannot listen on %s:%d (HTTP): %s", cfg->bind,
-                 cfg->port, strerror(errno));
+    /* Our own listener: evhttp's own has a backlog of 128, and a burst
+     * of connections past it waits out the SYN retry (a second). */
+    struct sockaddr_storage ss;
+    int sslen = sizeof ss;
+    char addr[300];
+    snprintf(addr, sizeof addr, strchr(cfg->bind, ':') ? "[%s]:%d" : "%s:%d",
+             cfg->bind, cfg->port);
+    if (evutil_parse_sockaddr_port(addr, (struct sockaddr *)&ss, &sslen)) {
+        snprintf(err, errlen, "invalid --bind address '%s'", cfg->bind);
         http_front_free(f);
         return NULL;
     }
-    log_info("delayqd listening on %s:%d (HTTP)", cfg->bind, cfg->port);
+    struct evconnlistener *l = evconnlistener_new_bind(
+        base, NULL, NULL,
+        LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC, 511,
+        (struct sockaddr *)&ss, sslen);
+    if (!l) {
+        snprintf(err, errlen, "cannot listen on %s (HTTP): %s", addr,
+                 strerror(errno));
+        http_front_free(f);
+        return NULL;
+    }
+    f->sock = evhttp_bind_listener(f->http, l);
+    log_info("delayqd listening on %s (HTTP)", addr);
     return f;
 }
 
