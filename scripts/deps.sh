@@ -10,7 +10,7 @@ build="gcc make pkg-config libevent-dev libhiredis-dev libjansson-dev"
 # (installed from tests/node/package.json by the tests) beside redis-py
 test="$build libcmocka-dev python3 python3-pytest python3-redis redis-server redis-tools prometheus nodejs"
 fuzz="$build clang libclang-rt-14-dev"
-bench="$test beanstalkd"
+bench="$test beanstalkd wrk"
 
 case "$1" in
 build) want=$build ;;

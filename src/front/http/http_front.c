@@ -11,6 +11,8 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 
 #include "core/metrics.h"
@@ -169,31 +171,44 @@ static const char *reason(int status) {
     }
 }
 
-void hreq_raw(struct hreq *r, int status, const char *content_type,
-              const char *data, size_t len) {
+struct evbuffer *hreq_body(struct hreq *r) {
+    return r->req ? evhttp_request_get_output_buffer(r->req) : NULL;
+}
+
+void hreq_send(struct hreq *r, int status, const char *content_type) {
     if (r->req) {
-        struct evbuffer *b = evbuffer_new();
-        evbuffer_add(b, data, len);
         evhttp_add_header(evhttp_request_get_output_headers(r->req),
                           "Content-Type", content_type);
-        evhttp_send_reply(r->req, status, reason(status), b);
-        evbuffer_free(b);
+        evhttp_send_reply(r->req, status, reason(status), NULL);
     }
     hreq_free(r);
 }
 
+void hreq_raw(struct hreq *r, int status, const char *content_type,
+              const char *data, size_t len) {
+    struct evbuffer *b = hreq_body(r);
+    if (b) evbuffer_add(b, data, len);
+    hreq_send(r, status, content_type);
+}
+
+static int dump_cb(const char *p, size_t n, void *ud) {
+    return evbuffer_add(ud, p, n);
+}
+
 void hreq_json(struct hreq *r, int status, void *json) {
     json_t *doc = json;
-    char *s = json_dumps(doc, JSON_COMPACT);
-    json_decref(doc);
-    if (!s) {
-        hreq_error(r, 500, "ERR", "cannot render the reply as JSON");
-        return;
+    struct evbuffer *b = hreq_body(r);
+    if (b) {
+        if (json_dump_callback(doc, dump_cb, b, JSON_COMPACT) != 0) {
+            evbuffer_drain(b, evbuffer_get_length(b));
+            json_decref(doc);
+            hreq_error(r, 500, "ERR", "cannot render the reply as JSON");
+            return;
+        }
+        evbuffer_add(b, "\n", 1); /* a reply is a line, for curl users */
     }
-    size_t n = strlen(s);
-    s[n] = '\n'; /* replace the NUL: a reply is a line, for curl users */
-    hreq_raw(r, status, "application/json", s, n + 1);
-    free(s);
+    json_decref(doc);
+    hreq_send(r, status, "application/json");
 }
 
 void hreq_error(struct hreq *r, int status, const char *code, const char *fmt,
@@ -277,6 +292,10 @@ struct http_front *http_front_new(struct event_base *base, struct core *core,
         http_front_free(f);
         return NULL;
     }
+    /* accepted sockets inherit it (Linux): replies leave at once */
+    int one = 1;
+    setsockopt(evconnlistener_get_fd(l), IPPROTO_TCP, TCP_NODELAY, &one,
+               sizeof one);
     f->sock = evhttp_bind_listener(f->http, l);
     log_info("delayqd listening on %s (HTTP)", addr);
     return f;
