@@ -8,7 +8,7 @@ set -e
 build="gcc make pkg-config libevent-dev libhiredis-dev libjansson-dev"
 # prometheus: a real scrape of /metrics; nodejs + npm: ioredis and node-redis
 # (installed from tests/node/package.json by the tests) beside redis-py
-test="$build libcmocka-dev python3 python3-pytest python3-redis redis-server redis-tools prometheus nodejs"
+test="$build libcmocka-dev python3 python3-pytest python3-redis redis-server redis-tools redis-sentinel prometheus nodejs"
 fuzz="$build clang libclang-rt-14-dev"
 bench="$test beanstalkd wrk"
 
