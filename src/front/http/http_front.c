@@ -218,11 +218,10 @@ void hreq_error(struct hreq *r, int status, const char *code, const char *fmt,
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    json_t *doc = json_object();
-    json_object_set_new(doc, "error", json_string(code));
-    /* the message may quote client bytes that are not UTF-8 */
-    json_t *m = json_string(msg);
-    json_object_set_new(doc, "message", m ? m : json_string("(not UTF-8)"));
+    /* the message may quote client bytes, cut anywhere: keep it ASCII */
+    for (char *p = msg; *p; p++)
+        if ((unsigned char)*p < 0x20 || (unsigned char)*p >= 0x7f) *p = '?';
+    json_t *doc = json_pack("{ssss}", "error", code, "message", msg);
     hreq_json(r, status, doc);
 }
 
