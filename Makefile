@@ -7,7 +7,7 @@ PYTHON  := /usr/bin/python3
 PKGS    := libevent hiredis jansson
 WARN    := -Wall -Wextra -Werror -Wformat=2 -Wshadow -Wno-unused-parameter \
            -Wstrict-prototypes -Wmissing-prototypes
-CFLAGS  := -std=gnu11 -g -O2 $(WARN) -Isrc -D_GNU_SOURCE
+CFLAGS  := -std=gnu11 -g -O2 $(WARN) -Isrc -Iinclude -D_GNU_SOURCE
 LDLIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm
 SAN     := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
@@ -19,6 +19,7 @@ ENGINE_SRC := $(wildcard src/engine/*.c)
 STORE_SRC  := $(wildcard src/store/*.c)
 SERVER_SRC := $(filter-out src/server/main.c,$(wildcard src/server/*.c))
 CLI_SRC    := $(wildcard src/cli/*.c)
+CLIENT_SRC := $(wildcard src/client/*.c)
 
 CORE_SRC   := $(LIB_SRC) $(PROTO_SRC) $(ENGINE_SRC) $(STORE_SRC) $(SERVER_SRC)
 UNIT_TESTS := $(patsubst tests/unit/%.c,%,$(wildcard tests/unit/test_*.c))
@@ -26,7 +27,7 @@ UNIT_TESTS := $(patsubst tests/unit/%.c,%,$(wildcard tests/unit/test_*.c))
 obj = $(patsubst src/%.c,build/$(1)/%.o,$(2))
 
 .PHONY: all run test unit integration fuzz bench clean deps
-all: bin/delayqd bin/delayq
+all: bin/delayqd bin/delayq libdelayq
 
 build/.deps-build: scripts/deps.sh
 	@scripts/deps.sh build
@@ -43,9 +44,9 @@ build/rel/%.o: src/%.c | build/.deps-build
 bin/delayqd: $(call obj,rel,$(CORE_SRC) src/server/main.c)
 	@mkdir -p bin
 	$(CC) -o $@ $^ $(LDLIBS)
-bin/delayq: $(call obj,rel,$(LIB_SRC) $(CLI_SRC))
+bin/delayq: $(call obj,rel,$(LIB_SRC) $(CLI_SRC) $(CLIENT_SRC))
 	@mkdir -p bin
-	$(CC) -o $@ $^ $(LDLIBS)
+	$(CC) -pthread -o $@ $^ $(LDLIBS)
 
 run: all
 	./bin/delayqd --bind 127.0.0.1 --port 7700
@@ -61,8 +62,38 @@ build/asan/tests/%: tests/unit/%.c $(call obj,asan,$(CORE_SRC)) | build/.deps-te
 build/asan/tests/test_bench_hist: $(call obj,asan,src/cli/bench_hist.c)
 build/asan/delayqd: $(call obj,asan,$(CORE_SRC) src/server/main.c)
 	$(CC) $(SAN) -o $@ $^ $(LDLIBS)
-build/asan/delayq: $(call obj,asan,$(LIB_SRC) $(CLI_SRC))
-	$(CC) $(SAN) -o $@ $^ $(LDLIBS)
+build/asan/delayq: $(call obj,asan,$(LIB_SRC) $(CLI_SRC) $(CLIENT_SRC))
+	$(CC) $(SAN) -pthread -o $@ $^ $(LDLIBS)
+
+# --- libdelayq: the C client and worker library (include/delayq.h) ------
+# Built from src/client/ alone (hiredis + pthreads); installed with
+# `make install PREFIX=/some/dir` (header, .a, .so, pkg-config file).
+PREFIX  ?= /usr/local
+LIBDQ_VERSION := 0.1.0
+LIBDQ_OBJ := $(call obj,pic,$(CLIENT_SRC))
+.PHONY: libdelayq install
+libdelayq: build/lib/libdelayq.a build/lib/libdelayq.so
+build/pic/%.o: src/%.c | build/.deps-build
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -fPIC -pthread -MMD -MP -c -o $@ $<
+build/lib/libdelayq.a: $(LIBDQ_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+build/lib/libdelayq.so: $(LIBDQ_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) -shared -pthread -Wl,-soname,libdelayq.so.0 -o $@.0 $^ $$(pkg-config --libs hiredis)
+	ln -sf libdelayq.so.0 $@
+install: all
+	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
+	install -m 644 include/delayq.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 build/lib/libdelayq.a $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 build/lib/libdelayq.so.0 $(DESTDIR)$(PREFIX)/lib/
+	ln -sf libdelayq.so.0 $(DESTDIR)$(PREFIX)/lib/libdelayq.so
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(LIBDQ_VERSION)|' src/client/delayq.pc.in \
+	  > $(DESTDIR)$(PREFIX)/lib/pkgconfig/delayq.pc
+	install -m 755 bin/delayqd bin/delayq $(DESTDIR)$(PREFIX)/bin/
+# the client's unit tests run against a real build/asan/delayqd
+build/asan/tests/test_client: $(call obj,asan,$(CLIENT_SRC)) | build/asan/delayqd
 
 unit: $(addprefix build/asan/tests/,$(UNIT_TESTS))
 	@set -e; for t in $^; do echo "== $$t"; $$t; done
