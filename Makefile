@@ -2,6 +2,7 @@
 # `make run` starts the server, `make test` runs every test under ASan+UBSan.
 # Missing Debian packages are installed first by scripts/deps.sh.
 
+.DEFAULT_GOAL := all
 CC      ?= cc
 PYTHON  := /usr/bin/python3
 PKGS    := libevent hiredis jansson
@@ -11,23 +12,41 @@ CFLAGS  := -std=gnu11 -g -O2 $(WARN) -Isrc -Iinclude -D_GNU_SOURCE
 LDLIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm
 SAN     := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
-# The layers (DESIGN §5), bottom up. Generic blocks in lib/ include no
-# server header.
-LIB_SRC    := $(wildcard src/lib/*.c) src/job.c
-PROTO_SRC  := $(wildcard src/proto/*.c)
-ENGINE_SRC := $(wildcard src/engine/*.c)
-STORE_SRC  := $(wildcard src/store/*.c)
+# The layers (DESIGN §5), bottom up. Each is an archive, linked top layer
+# first: a lower layer that called into a higher one would not link. The
+# include rule is checked too (`make layers`): a file includes headers of
+# its own layer and the layers below only.
+LAYERS     := lib proto engine store core front
+lib_SRC    := $(wildcard src/lib/*.c) src/job.c
+proto_SRC  := $(wildcard src/proto/*.c)
+engine_SRC := $(wildcard src/engine/*.c)
+store_SRC  := $(wildcard src/store/*.c)
+core_SRC   := $(wildcard src/core/*.c)
+front_SRC  := $(wildcard src/front/*/*.c)
 SERVER_SRC := $(filter-out src/server/main.c,$(wildcard src/server/*.c))
 CLI_SRC    := $(wildcard src/cli/*.c)
 CLIENT_SRC := $(wildcard src/client/*.c)
 
-CORE_SRC   := $(LIB_SRC) $(PROTO_SRC) $(ENGINE_SRC) $(STORE_SRC) $(SERVER_SRC)
+CORE_SRC   := $(foreach l,$(LAYERS),$($(l)_SRC)) $(SERVER_SRC)
 UNIT_TESTS := $(patsubst tests/unit/%.c,%,$(wildcard tests/unit/test_*.c))
 
 obj = $(patsubst src/%.c,build/$(1)/%.o,$(2))
+# The archives of a build kind, top layer first (the link order).
+archives = $(foreach l,front core store engine proto lib,build/$(1)/libdq_$(l).a)
 
-.PHONY: all run test unit integration fuzz bench clean deps
-all: bin/delayqd bin/delayq libdelayq
+define layer_rules
+build/rel/libdq_$(1).a: $$(call obj,rel,$$($(1)_SRC))
+	@rm -f $$@ && ar rcs $$@ $$^
+build/asan/libdq_$(1).a: $$(call obj,asan,$$($(1)_SRC))
+	@rm -f $$@ && ar rcs $$@ $$^
+endef
+$(foreach l,$(LAYERS),$(eval $(call layer_rules,$(l))))
+
+.PHONY: all run test unit integration fuzz bench clean deps layers
+all: layers bin/delayqd bin/delayq libdelayq
+
+layers:
+	@scripts/check-layers
 
 build/.deps-build: scripts/deps.sh
 	@scripts/deps.sh build
@@ -41,10 +60,10 @@ build/rel/%.o: src/%.c | build/.deps-build
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -c -o $@ $<
 
-bin/delayqd: $(call obj,rel,$(CORE_SRC) src/server/main.c)
+bin/delayqd: $(call obj,rel,$(SERVER_SRC) src/server/main.c) $(call archives,rel)
 	@mkdir -p bin
 	$(CC) -o $@ $^ $(LDLIBS)
-bin/delayq: $(call obj,rel,$(LIB_SRC) $(CLI_SRC) $(CLIENT_SRC))
+bin/delayq: $(call obj,rel,$(CLI_SRC) $(CLIENT_SRC)) build/rel/libdq_proto.a build/rel/libdq_lib.a
 	@mkdir -p bin
 	$(CC) -pthread -o $@ $^ $(LDLIBS)
 
@@ -55,14 +74,14 @@ run: all
 build/asan/%.o: src/%.c | build/.deps-test
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -O1 $(SAN) -MMD -MP -c -o $@ $<
-build/asan/tests/%: tests/unit/%.c $(call obj,asan,$(CORE_SRC)) | build/.deps-test
+build/asan/tests/%: tests/unit/%.c $(call obj,asan,$(SERVER_SRC)) $(call archives,asan) | build/.deps-test
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -O1 $(SAN) -Itests/unit -o $@ $^ $(LDLIBS) -lcmocka
+	$(CC) $(CFLAGS) -O1 $(SAN) -Itests/unit -o $@ $(filter-out %.a,$^) $(call archives,asan) $(LDLIBS) -lcmocka
 # the bench's recorders live with the client
 build/asan/tests/test_bench_hist: $(call obj,asan,src/cli/bench_hist.c)
-build/asan/delayqd: $(call obj,asan,$(CORE_SRC) src/server/main.c)
+build/asan/delayqd: $(call obj,asan,$(SERVER_SRC) src/server/main.c) $(call archives,asan)
 	$(CC) $(SAN) -o $@ $^ $(LDLIBS)
-build/asan/delayq: $(call obj,asan,$(LIB_SRC) $(CLI_SRC) $(CLIENT_SRC))
+build/asan/delayq: $(call obj,asan,$(CLI_SRC) $(CLIENT_SRC)) build/asan/libdq_proto.a build/asan/libdq_lib.a
 	$(CC) $(SAN) -pthread -o $@ $^ $(LDLIBS)
 
 # --- libdelayq: the C client and worker library (include/delayq.h) ------

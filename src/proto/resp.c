@@ -360,3 +360,27 @@ void resp_array(struct buf *b, size_t n) {
     p = put_crlf(put_u64(p, n));
     b->len += (size_t)(p - s);
 }
+
+void resp3_null(struct buf *b) { buf_append(b, "_\r\n", 3); }
+
+void resp3_map(struct buf *b, size_t npairs) {
+    char *s = buf_reserve(b, LINE_MAX_LEN), *p = s;
+    *p++ = '%';
+    p = put_crlf(put_u64(p, npairs));
+    b->len += (size_t)(p - s);
+}
+
+void resp_nil_v(struct buf *b, int proto) {
+    if (proto == 3) resp3_null(b);
+    else resp_nil(b);
+}
+
+void resp_nil_array_v(struct buf *b, int proto) {
+    if (proto == 3) resp3_null(b);
+    else resp_nil_array(b);
+}
+
+void resp_map_v(struct buf *b, int proto, size_t npairs) {
+    if (proto == 3) resp3_map(b, npairs);
+    else resp_array(b, 2 * npairs);
+}

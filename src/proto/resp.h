@@ -58,4 +58,12 @@ void resp_nil(struct buf *b);                              /* $-1 */
 void resp_nil_array(struct buf *b);                        /* *-1 */
 void resp_array(struct buf *b, size_t n);                  /* *n */
 
+/* RESP3 (a client that said HELLO 3): */
+void resp3_null(struct buf *b);                            /* _ */
+void resp3_map(struct buf *b, size_t npairs);              /* %n */
+/* Protocol-aware shortcuts: the RESP3 form when proto is 3. */
+void resp_nil_v(struct buf *b, int proto);       /* $-1 or _ */
+void resp_nil_array_v(struct buf *b, int proto); /* *-1 or _ */
+void resp_map_v(struct buf *b, int proto, size_t npairs); /* *2n or %n */
+
 #endif

@@ -41,6 +41,13 @@
 
 struct event_base;
 
+/* The store's contract with the loop: a store keeps at most this many
+ * events of its own active (ready to run in the current loop turn) at any
+ * time -- its batch or commit event. A front end compares the loop's count
+ * of active events against it (with its own) to tell whether other work is
+ * waiting in this turn; see front/resp/conn.c's slices. */
+#define DQ_STORE_ACTIVE_EVENTS 1
+
 enum dq_status {
     DQ_OK = 0,
     DQ_EXISTS,       /* ADD: id taken */

@@ -1,12 +1,14 @@
-/* commands.c -- the command table (DESIGN §3) and its handlers.
+/* commands.c -- the RESP command table (DESIGN §3): parse, call, render.
  *
  * Each command is one entry {name, arity, flags, handler, usage, help}.
- * A handler checks its arguments, answers errors at once with an ERR naming
- * the argument, and otherwise calls the store with a `struct req`; the
- * store's completion formats the reply. Arguments point into the input
- * buffer and are only valid during the handler: stores copy what they keep.
+ * A handler turns its arguments into a core call (core/core.h), answering
+ * only what the core cannot know at once: unknown option words and numbers
+ * that do not parse. The core checks every value and completes through one
+ * of the render callbacks below with the req as privdata. Arguments point
+ * into the input buffer and are only valid during the handler.
  */
 #include <errno.h>
+#include <fnmatch.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -14,9 +16,10 @@
 #include <string.h>
 #include <strings.h>
 
+#include "core/metrics.h"
+#include "front/resp/resp_int.h"
 #include "lib/clock.h"
 #include "lib/xalloc.h"
-#include "server/server.h"
 
 #define CMD_NOAUTH 1 /* allowed before AUTH */
 #define CMD_KEYED 2  /* argv[1] is a topic and argv[2] a job id */
@@ -32,8 +35,9 @@ struct cmd {
 
 static const struct cmd *cmd_lookup(const struct resp_arg *name);
 static size_t cmd_count(void);
+static void cmd_table_reply(struct buf *b);
 
-/* --- argument checking -------------------------------------------------- */
+/* --- arguments ------------------------------------------------------------ */
 
 static bool arg_is(const struct resp_arg *a, const char *word) {
     size_t n = strlen(word);
@@ -43,6 +47,8 @@ static bool arg_is(const struct resp_arg *a, const char *word) {
 static struct dq_str str_of(const struct resp_arg *a) {
     return (struct dq_str){a->p, a->len};
 }
+
+static int clip(size_t len) { return (int)(len > 40 ? 40 : len); }
 
 static void err_reply(struct conn *c, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -57,12 +63,11 @@ static void err_reply(struct conn *c, const char *code, const char *fmt, ...) {
     conn_reply_done(c);
 }
 
-/* Parses a decimal integer in [min, max]; on failure answers an ERR naming
- * `what` and returns false. */
+/* Parses a decimal integer; on failure answers an ERR naming `what` and
+ * returns false. Ranges are the core's to check. */
 static bool arg_int(struct conn *c, const struct resp_arg *a, const char *what,
-                    int64_t min, int64_t max, int64_t *out) {
+                    int64_t *out) {
     char tmp[32];
-    int64_t v = 0;
     bool ok = a->len > 0 && a->len < sizeof tmp;
     if (ok) {
         memcpy(tmp, a->p, a->len);
@@ -70,63 +75,25 @@ static bool arg_int(struct conn *c, const struct resp_arg *a, const char *what,
         char *end;
         errno = 0;
         long long ll = strtoll(tmp, &end, 10);
-        ok = errno == 0 && *end == '\0' && tmp[0] != ' ' && tmp[0] != '+';
-        v = ll;
-    }
-    if (!ok || v < min || v > max) {
-        err_reply(c, "ERR",
-                  "invalid %s '%.*s': expected an integer from %" PRId64
-                  " to %" PRId64,
-                  what, (int)(a->len > 40 ? 40 : a->len), a->p, min, max);
-        return false;
-    }
-    *out = v;
-    return true;
-}
-
-static bool check_topic(struct conn *c, const struct resp_arg *a) {
-    bool ok = a->len >= 1 && a->len <= DQ_TOPIC_MAX;
-    for (size_t i = 0; ok && i < a->len; i++) {
-        unsigned char ch = (unsigned char)a->p[i];
-        ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-             (ch >= '0' && ch <= '9') || ch == '.' || ch == '_' || ch == ':' ||
-             ch == '-';
+        ok = errno == 0 && *end == '\0' && tmp[0] != ' ' && tmp[0] != '+' &&
+             ll != CORE_UNSET;
+        *out = ll;
     }
     if (!ok)
-        err_reply(c, "ERR",
-                  "invalid topic '%.*s': expected 1-%d characters of "
-                  "[A-Za-z0-9._:-]",
-                  (int)(a->len > 40 ? 40 : a->len), a->p, DQ_TOPIC_MAX);
+        err_reply(c, "ERR", "invalid %s '%.*s': expected an integer", what,
+                  clip(a->len), a->p);
     return ok;
-}
-
-static bool check_id(struct conn *c, const struct resp_arg *a) {
-    bool ok = a->len >= 1 && a->len <= DQ_ID_MAX;
-    for (size_t i = 0; ok && i < a->len; i++)
-        ok = a->p[i] > ' ' && a->p[i] < 127;
-    if (!ok)
-        err_reply(c, "ERR",
-                  "invalid id: expected 1-%d printable ASCII characters "
-                  "without spaces",
-                  DQ_ID_MAX);
-    return ok;
-}
-
-static bool check_ids(struct conn *c, struct resp_arg *ids, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (!check_id(c, &ids[i])) return false;
-    return true;
 }
 
 static void syntax_error(struct conn *c, const struct resp_arg *a,
-                         const char *cmd) {
-    err_reply(c, "ERR", "syntax error at '%.*s' (usage: %s)",
-              (int)(a->len > 40 ? 40 : a->len), a->p, cmd);
+                         const char *usage) {
+    err_reply(c, "ERR", "syntax error at '%.*s' (usage: %s)", clip(a->len),
+              a->p, usage);
 }
 
-/* --- replies from store results ------------------------------------------ */
+/* --- rendering core results ------------------------------------------------- */
 
-void reply_status_error(struct buf *b, const struct dq_result *res) {
+static void render_error(struct buf *b, const struct dq_result *res) {
     static const char *const msgs[] = {
         [DQ_EXISTS] = "a job with this id already exists in the topic",
         [DQ_BUSY] = "the job is reserved and cannot be replaced",
@@ -135,58 +102,42 @@ void reply_status_error(struct buf *b, const struct dq_result *res) {
         [DQ_UNAVAILABLE] = "the store cannot be reached; nothing was changed",
         [DQ_IOERR] = "the write failed; nothing was changed",
         [DQ_NOMEM] = "out of memory; nothing was changed",
+        [DQ_TIMEOUT] = "the store did not answer in time; the change may "
+                       "or may not have happened",
     };
     const char *msg = res->errmsg;
-    if (!msg && res->status > 0 && res->status <= DQ_NOMEM)
+    if (!msg && res->status > 0 && res->status <= DQ_TIMEOUT)
         msg = msgs[res->status];
     resp_error(b, dq_status_code(res->status), "%s", msg ? msg : "failed");
 }
 
-void reply_jobs(struct buf *b, const struct dq_result *res) {
-    if (res->njobs == 0) {
-        resp_nil_array(b);
-        return;
-    }
-    resp_array(b, res->njobs);
-    for (size_t i = 0; i < res->njobs; i++) {
-        const struct dq_job *j = &res->jobs[i];
-        resp_array(b, 5);
-        resp_bulk(b, j->topic.p, j->topic.len);
-        resp_bulk(b, j->id.p, j->id.len);
-        resp_bulk(b, j->body.p, j->body.len);
-        resp_int(b, j->attempts);
-        resp_int(b, j->deadline);
-    }
-}
-
-/* Completions. Each writes the reply for one kind of result. */
-
-static bool done_error(struct req *r, const struct dq_result *res,
-                       struct buf **b) {
-    *b = req_out(r);
-    if (res->status == DQ_OK) return false;
-    reply_status_error(*b, res);
+/* Every completion starts here: the req's buffer, or the error rendered
+ * and the req done (returns NULL). */
+static struct buf *render_start(struct req *r, const struct dq_result *res) {
+    struct buf *b = req_out(r);
+    if (res->status == DQ_OK) return b;
+    render_error(b, res);
     req_done(r);
-    return true;
+    return NULL;
 }
 
 static void done_int(void *pd, const struct dq_result *res) {
-    struct buf *b;
-    if (done_error(pd, res, &b)) return;
+    struct buf *b = render_start(pd, res);
+    if (!b) return;
     resp_int(b, res->n);
     req_done(pd);
 }
 
 static void done_id(void *pd, const struct dq_result *res) {
-    struct buf *b;
-    if (done_error(pd, res, &b)) return;
+    struct buf *b = render_start(pd, res);
+    if (!b) return;
     resp_bulk(b, res->id.p, res->id.len);
     req_done(pd);
 }
 
 static void done_state(void *pd, const struct dq_result *res) {
-    struct buf *b;
-    if (done_error(pd, res, &b)) return;
+    struct buf *b = render_start(pd, res);
+    if (!b) return;
     resp_bulk_str(b, dq_state_name((int)res->n));
     req_done(pd);
 }
@@ -201,19 +152,22 @@ static void field_str(struct buf *b, const char *name, struct dq_str v) {
     resp_bulk(b, v.p, v.len);
 }
 
+/* GET: a flat field/value array (a map in RESP3), or nil. */
 static void done_get(void *pd, const struct dq_result *res) {
-    struct buf *b;
-    if (done_error(pd, res, &b)) return;
+    struct req *r = pd;
+    struct buf *b = render_start(r, res);
+    if (!b) return;
+    int proto = req_proto(r);
     if (res->njobs == 0) {
-        resp_nil(b);
+        resp_nil_v(b, proto);
     } else {
         const struct dq_job *j = &res->jobs[0];
         bool reserved = j->state == DQ_RESERVED;
-        resp_array(b, reserved ? 20 : 18);
+        resp_map_v(b, proto, reserved ? 10 : 9);
         field_str(b, "topic", j->topic);
         field_str(b, "id", j->id);
-        const char *st = dq_state_name(j->state);
-        field_str(b, "state", (struct dq_str){st, strlen(st)});
+        resp_bulk_str(b, "state");
+        resp_bulk_str(b, dq_state_name(j->state));
         field_str(b, "body", j->body);
         field_int(b, "due", j->due);
         field_int(b, "ttr", j->ttr);
@@ -222,37 +176,37 @@ static void done_get(void *pd, const struct dq_result *res) {
         field_int(b, "created", j->created);
         if (reserved) field_int(b, "deadline", j->deadline);
     }
-    req_done(pd);
+    req_done(r);
 }
 
-static void done_strs(void *pd, const struct dq_result *res, bool cursor) {
-    struct buf *b;
-    if (done_error(pd, res, &b)) return;
-    if (cursor) {
-        resp_array(b, 2);
-        char cur[24];
-        snprintf(cur, sizeof cur, "%" PRIu64, res->cursor);
-        resp_bulk_str(b, cur);
-    }
+static void render_strs(struct buf *b, const struct dq_result *res) {
     resp_array(b, res->nstrs);
     for (size_t i = 0; i < res->nstrs; i++)
         resp_bulk(b, res->strs[i].p, res->strs[i].len);
-    req_done(pd);
 }
 
 static void done_list(void *pd, const struct dq_result *res) {
-    done_strs(pd, res, true);
+    struct buf *b = render_start(pd, res);
+    if (!b) return;
+    resp_array(b, 2);
+    resp_bulk_int(b, (int64_t)res->cursor);
+    render_strs(b, res);
+    req_done(pd);
 }
 
 static void done_topics(void *pd, const struct dq_result *res) {
-    done_strs(pd, res, false);
+    struct buf *b = render_start(pd, res);
+    if (!b) return;
+    render_strs(b, res);
+    req_done(pd);
 }
 
 static void done_stats(void *pd, const struct dq_result *res) {
-    struct buf *b;
-    if (done_error(pd, res, &b)) return;
+    struct req *r = pd;
+    struct buf *b = render_start(r, res);
+    if (!b) return;
     const struct dq_stats *s = res->stats;
-    resp_array(b, 24);
+    resp_map_v(b, req_proto(r), 12);
     field_int(b, "jobs_delayed", (int64_t)s->jobs[DQ_DELAYED]);
     field_int(b, "jobs_ready", (int64_t)s->jobs[DQ_READY]);
     field_int(b, "jobs_reserved", (int64_t)s->jobs[DQ_RESERVED]);
@@ -265,7 +219,34 @@ static void done_stats(void *pd, const struct dq_result *res) {
     field_int(b, "dead", (int64_t)s->dead);
     field_int(b, "deleted", (int64_t)s->deleted);
     field_int(b, "kicked", (int64_t)s->kicked);
-    req_done(pd);
+    req_done(r);
+}
+
+/* RESERVE: an array of [topic, id, body, attempts, deadline], or nil. */
+static void done_reserve(void *pd, const struct dq_result *res) {
+    struct req *r = pd;
+    r->w = NULL;
+    if (r->c && r->c->paused) {
+        r->c->paused = false;
+        r->c->resume = true;
+    }
+    struct buf *b = render_start(r, res);
+    if (!b) return;
+    if (res->njobs == 0) {
+        resp_nil_array_v(b, req_proto(r));
+    } else {
+        resp_array(b, res->njobs);
+        for (size_t i = 0; i < res->njobs; i++) {
+            const struct dq_job *j = &res->jobs[i];
+            resp_array(b, 5);
+            resp_bulk(b, j->topic.p, j->topic.len);
+            resp_bulk(b, j->id.p, j->id.len);
+            resp_bulk(b, j->body.p, j->body.len);
+            resp_int(b, j->attempts);
+            resp_int(b, j->deadline);
+        }
+    }
+    req_done(r);
 }
 
 /* --- job commands ------------------------------------------------------- */
@@ -275,65 +256,33 @@ static void done_stats(void *pd, const struct dq_result *res) {
     "[BACKOFF EXP base-ms max-ms | BACKOFF FIXED ms] [REPLACE]"
 
 static void cmd_add(struct conn *c, struct resp_arg *argv, size_t argc) {
-    struct server *srv = c->srv;
-    if (!check_topic(c, &argv[1])) return;
-    if (!(argv[2].len == 1 && argv[2].p[0] == '*') && !check_id(c, &argv[2]))
-        return;
-    if (argv[3].len > srv->cfg.max_body) {
-        err_reply(c, "TOOBIG", "body is %zu bytes, --max-body is %" PRIu64,
-                  argv[3].len, srv->cfg.max_body);
-        return;
-    }
-    int64_t now = clock_ms();
-    struct dq_add a = {
-        .topic = str_of(&argv[1]),
-        .id = str_of(&argv[2]),
-        .body = str_of(&argv[3]),
-        .due = now,
-        .ttr = DQ_TTR_DEFAULT,
-        .retries = DQ_RETRIES_DEFAULT,
-        .backoff = {DQ_BACKOFF_EXP, DQ_BACKOFF_BASE_DEFAULT,
-                    DQ_BACKOFF_MAX_DEFAULT},
-        .now = now,
-    };
-    bool have_delay = false, have_at = false;
-    int64_t v, v2;
+    struct core_add a = CORE_ADD_INIT;
+    a.topic = str_of(&argv[1]);
+    a.id = str_of(&argv[2]);
+    a.body = str_of(&argv[3]);
     for (size_t i = 4; i < argc; i++) {
         const struct resp_arg *o = &argv[i];
         bool more = i + 1 < argc;
         if (arg_is(o, "DELAY") && more) {
-            if (!arg_int(c, &argv[++i], "DELAY", 0, DQ_DUE_AHEAD_MAX, &v))
-                return;
-            a.due = now + v;
-            have_delay = true;
+            if (!arg_int(c, &argv[++i], "DELAY", &a.delay)) return;
         } else if (arg_is(o, "AT") && more) {
-            if (!arg_int(c, &argv[++i], "AT", 0, now + DQ_DUE_AHEAD_MAX, &v))
-                return;
-            a.due = v < now ? now : v;
-            have_at = true;
+            if (!arg_int(c, &argv[++i], "AT", &a.at)) return;
         } else if (arg_is(o, "TTR") && more) {
-            if (!arg_int(c, &argv[++i], "TTR", 1, DQ_TTR_MAX, &v)) return;
-            a.ttr = (uint32_t)v;
+            if (!arg_int(c, &argv[++i], "TTR", &a.ttr)) return;
         } else if (arg_is(o, "RETRIES") && more) {
-            if (!arg_int(c, &argv[++i], "RETRIES", 0, DQ_RETRIES_MAX, &v))
-                return;
-            a.retries = (uint32_t)v;
+            if (!arg_int(c, &argv[++i], "RETRIES", &a.retries)) return;
         } else if (arg_is(o, "BACKOFF") && more && arg_is(&argv[i + 1], "FIXED") &&
                    i + 2 < argc) {
-            if (!arg_int(c, &argv[i + 2], "BACKOFF FIXED", 0, DQ_BACKOFF_LIMIT,
-                         &v))
+            a.backoff_kind = DQ_BACKOFF_FIXED;
+            if (!arg_int(c, &argv[i + 2], "BACKOFF FIXED", &a.backoff_base))
                 return;
-            a.backoff = (struct dq_backoff){DQ_BACKOFF_FIXED, (uint32_t)v, 0};
             i += 2;
         } else if (arg_is(o, "BACKOFF") && more && arg_is(&argv[i + 1], "EXP") &&
                    i + 3 < argc) {
-            if (!arg_int(c, &argv[i + 2], "BACKOFF EXP base", 1,
-                         DQ_BACKOFF_LIMIT, &v) ||
-                !arg_int(c, &argv[i + 3], "BACKOFF EXP max", v,
-                         DQ_BACKOFF_LIMIT, &v2))
+            a.backoff_kind = DQ_BACKOFF_EXP;
+            if (!arg_int(c, &argv[i + 2], "BACKOFF EXP base", &a.backoff_base) ||
+                !arg_int(c, &argv[i + 3], "BACKOFF EXP max", &a.backoff_max))
                 return;
-            a.backoff = (struct dq_backoff){DQ_BACKOFF_EXP, (uint32_t)v,
-                                            (uint32_t)v2};
             i += 3;
         } else if (arg_is(o, "REPLACE")) {
             a.replace = true;
@@ -342,46 +291,34 @@ static void cmd_add(struct conn *c, struct resp_arg *argv, size_t argc) {
             return;
         }
     }
-    if (have_delay && have_at) {
-        err_reply(c, "ERR", "DELAY and AT cannot be used together");
-        return;
-    }
-    srv->ops->add(srv->store, &a, done_id, req_new(c));
+    core_add(c->f->core, &a, done_id, req_new(c));
 }
 
 static void cmd_del(struct conn *c, struct resp_arg *argv, size_t argc) {
-    if (!check_topic(c, &argv[1]) || !check_ids(c, argv + 2, argc - 2)) return;
-    c->srv->ops->del(c->srv->store, str_of(&argv[1]),
-                     (const struct dq_str *)(argv + 2), argc - 2, done_int,
-                     req_new(c));
+    core_del(c->f->core, str_of(&argv[1]), (const struct dq_str *)(argv + 2),
+             argc - 2, done_int, req_new(c));
 }
 
 static void cmd_ack(struct conn *c, struct resp_arg *argv, size_t argc) {
-    if (!check_topic(c, &argv[1]) || !check_ids(c, argv + 2, argc - 2)) return;
-    c->srv->ops->ack(c->srv->store, str_of(&argv[1]),
-                     (const struct dq_str *)(argv + 2), argc - 2, done_int,
-                     req_new(c));
+    core_ack(c->f->core, str_of(&argv[1]), (const struct dq_str *)(argv + 2),
+             argc - 2, done_int, req_new(c));
 }
 
 static void cmd_get(struct conn *c, struct resp_arg *argv, size_t argc) {
-    if (!check_topic(c, &argv[1]) || !check_id(c, &argv[2])) return;
-    c->srv->ops->get(c->srv->store, str_of(&argv[1]), str_of(&argv[2]),
-                     done_get, req_new(c));
+    core_get(c->f->core, str_of(&argv[1]), str_of(&argv[2]), done_get,
+             req_new(c));
 }
 
 #define RESERVE_USAGE "RESERVE [TIMEOUT ms] [COUNT n] FROM topic [topic ...]"
 
 static void cmd_reserve(struct conn *c, struct resp_arg *argv, size_t argc) {
-    int64_t timeout = -1, count = 1;
+    int64_t timeout = CORE_UNSET, count = CORE_UNSET;
     size_t i = 1;
     for (; i < argc && !arg_is(&argv[i], "FROM"); i++) {
         if (arg_is(&argv[i], "TIMEOUT") && i + 1 < argc) {
-            if (!arg_int(c, &argv[++i], "TIMEOUT", 0, DQ_DUE_AHEAD_MAX,
-                         &timeout))
-                return;
+            if (!arg_int(c, &argv[++i], "TIMEOUT", &timeout)) return;
         } else if (arg_is(&argv[i], "COUNT") && i + 1 < argc) {
-            if (!arg_int(c, &argv[++i], "COUNT", 1, DQ_COUNT_MAX, &count))
-                return;
+            if (!arg_int(c, &argv[++i], "COUNT", &count)) return;
         } else {
             syntax_error(c, &argv[i], RESERVE_USAGE);
             return;
@@ -392,71 +329,55 @@ static void cmd_reserve(struct conn *c, struct resp_arg *argv, size_t argc) {
                             "(usage: " RESERVE_USAGE ")");
         return;
     }
-    for (size_t t = i + 1; t < argc; t++)
-        if (!check_topic(c, &argv[t])) return;
-    if (c->srv->stopping) timeout = 0;
-    blocking_reserve(c->srv, req_new(c), argv + i + 1, argc - i - 1,
-                     (uint32_t)count, timeout);
+    struct req *r = req_new(c);
+    if (timeout != 0) c->paused = true; /* later requests wait, as in Redis */
+    r->w = core_reserve(c->f->core, (const struct dq_str *)(argv + i + 1),
+                        argc - i - 1, count, timeout, done_reserve, r);
 }
 
 static void cmd_nack(struct conn *c, struct resp_arg *argv, size_t argc) {
-    int64_t delay = -1;
-    if (!check_topic(c, &argv[1]) || !check_id(c, &argv[2])) return;
+    int64_t delay = CORE_UNSET;
     if (argc == 5 && arg_is(&argv[3], "DELAY")) {
-        if (!arg_int(c, &argv[4], "DELAY", 0, DQ_DUE_AHEAD_MAX, &delay))
-            return;
+        if (!arg_int(c, &argv[4], "DELAY", &delay)) return;
     } else if (argc != 3) {
         syntax_error(c, &argv[3], "NACK topic id [DELAY ms]");
         return;
     }
-    c->srv->ops->nack(c->srv->store, str_of(&argv[1]), str_of(&argv[2]),
-                      delay, done_state, req_new(c));
+    core_nack(c->f->core, str_of(&argv[1]), str_of(&argv[2]), delay,
+              done_state, req_new(c));
 }
 
 static void cmd_touch(struct conn *c, struct resp_arg *argv, size_t argc) {
-    int64_t ttr = 0;
-    if (!check_topic(c, &argv[1]) || !check_id(c, &argv[2])) return;
+    int64_t ttr = CORE_UNSET;
     if (argc == 5 && arg_is(&argv[3], "TTR")) {
-        if (!arg_int(c, &argv[4], "TTR", 1, DQ_TTR_MAX, &ttr)) return;
+        if (!arg_int(c, &argv[4], "TTR", &ttr)) return;
     } else if (argc != 3) {
         syntax_error(c, &argv[3], "TOUCH topic id [TTR ms]");
         return;
     }
-    c->srv->ops->touch(c->srv->store, str_of(&argv[1]), str_of(&argv[2]),
-                       (uint32_t)ttr, done_int, req_new(c));
+    core_touch(c->f->core, str_of(&argv[1]), str_of(&argv[2]), ttr, done_int,
+               req_new(c));
 }
 
 static void cmd_kick(struct conn *c, struct resp_arg *argv, size_t argc) {
-    int64_t count = 0;
-    if (!check_topic(c, &argv[1])) return;
+    int64_t count = CORE_UNSET;
     if (argc == 4 && arg_is(&argv[2], "COUNT")) {
-        if (!arg_int(c, &argv[3], "COUNT", 1, INT64_MAX, &count)) return;
+        if (!arg_int(c, &argv[3], "COUNT", &count)) return;
     } else if (argc != 2) {
         syntax_error(c, &argv[2], "KICK topic [COUNT n]");
         return;
     }
-    c->srv->ops->kick(c->srv->store, str_of(&argv[1]), (uint64_t)count,
-                      done_int, req_new(c));
+    core_kick(c->f->core, str_of(&argv[1]), count, done_int, req_new(c));
 }
 
 #define LIST_USAGE "LIST topic state [COUNT n] [CURSOR c]"
 
 static void cmd_list(struct conn *c, struct resp_arg *argv, size_t argc) {
-    int64_t count = 10;
+    int64_t count = CORE_UNSET;
     uint64_t cursor = 0;
-    if (!check_topic(c, &argv[1])) return;
-    int state = dq_state_parse(argv[2].p, argv[2].len);
-    if (state < 0) {
-        err_reply(c, "ERR",
-                  "invalid state '%.*s': expected delayed, ready, reserved "
-                  "or dead",
-                  (int)(argv[2].len > 40 ? 40 : argv[2].len), argv[2].p);
-        return;
-    }
     for (size_t i = 3; i < argc; i++) {
         if (arg_is(&argv[i], "COUNT") && i + 1 < argc) {
-            if (!arg_int(c, &argv[++i], "COUNT", 1, DQ_COUNT_MAX, &count))
-                return;
+            if (!arg_int(c, &argv[++i], "COUNT", &count)) return;
         } else if (arg_is(&argv[i], "CURSOR") && i + 1 < argc) {
             const struct resp_arg *a = &argv[++i];
             char tmp[24], *end;
@@ -479,29 +400,33 @@ static void cmd_list(struct conn *c, struct resp_arg *argv, size_t argc) {
             return;
         }
     }
-    c->srv->ops->list(c->srv->store, str_of(&argv[1]), state, (uint32_t)count,
-                      cursor, done_list, req_new(c));
+    core_list(c->f->core, str_of(&argv[1]), str_of(&argv[2]), count, cursor,
+              done_list, req_new(c));
 }
 
 static void cmd_purge(struct conn *c, struct resp_arg *argv, size_t argc) {
-    if (!check_topic(c, &argv[1])) return;
-    c->srv->ops->purge(c->srv->store, str_of(&argv[1]), done_int, req_new(c));
+    core_purge(c->f->core, str_of(&argv[1]), done_int, req_new(c));
 }
 
 static void cmd_stats(struct conn *c, struct resp_arg *argv, size_t argc) {
     struct dq_str t = {"", 0};
     if (argc == 2) {
-        if (!check_topic(c, &argv[1])) return;
         t = str_of(&argv[1]);
+        if (t.len == 0) t.p = ""; /* an empty topic is invalid, not "all" */
     } else if (argc > 2) {
         syntax_error(c, &argv[2], "STATS [topic]");
         return;
     }
-    c->srv->ops->stats(c->srv->store, t, done_stats, req_new(c));
+    if (argc == 2 && t.len == 0) {
+        err_reply(c, "ERR", "invalid topic '': expected 1-%d characters of "
+                            "[A-Za-z0-9._:-]", DQ_TOPIC_MAX);
+        return;
+    }
+    core_stats(c->f->core, t, done_stats, req_new(c));
 }
 
 static void cmd_topics(struct conn *c, struct resp_arg *argv, size_t argc) {
-    c->srv->ops->topics(c->srv->store, done_topics, req_new(c));
+    core_topics(c->f->core, done_topics, req_new(c));
 }
 
 /* --- connection and server commands ------------------------------------- */
@@ -525,18 +450,23 @@ static void cmd_quit(struct conn *c, struct resp_arg *argv, size_t argc) {
     c->closing = true;
 }
 
+/* Whether `given` is the password (for user "default" or none). */
+static bool password_ok(struct conn *c, const struct resp_arg *user,
+                        const struct resp_arg *given) {
+    const char *pass = c->f->cfg.requirepass;
+    return pass && given->len == strlen(pass) &&
+           memcmp(given->p, pass, given->len) == 0 &&
+           (!user || arg_is(user, "default"));
+}
+
 static void cmd_auth(struct conn *c, struct resp_arg *argv, size_t argc) {
-    const char *pass = c->srv->cfg.requirepass;
     /* AUTH password, or Redis 6's AUTH username password */
-    const struct resp_arg *given = &argv[argc - 1];
     if (argc > 3) {
         err_reply(c, "ERR", "wrong number of arguments for 'auth' command");
-    } else if (!pass) {
+    } else if (!c->f->cfg.requirepass) {
         err_reply(c, "ERR", "AUTH called without any password configured "
                             "(start delayqd with --requirepass)");
-    } else if (given->len == strlen(pass) &&
-               memcmp(given->p, pass, given->len) == 0 &&
-               (argc == 2 || arg_is(&argv[1], "default"))) {
+    } else if (password_ok(c, argc == 3 ? &argv[1] : NULL, &argv[argc - 1])) {
         c->authed = true;
         resp_simple(conn_reply(c), "OK");
         conn_reply_done(c);
@@ -544,6 +474,66 @@ static void cmd_auth(struct conn *c, struct resp_arg *argv, size_t argc) {
         c->authed = false;
         err_reply(c, "WRONGPASS", "invalid password");
     }
+}
+
+/* HELLO [protover [AUTH username password] [SETNAME name]]: RESP3 for a
+ * client that asks (maps and nulls in its replies), as Redis 6+ does. */
+static void cmd_hello(struct conn *c, struct resp_arg *argv, size_t argc) {
+    int64_t proto = c->proto;
+    if (argc >= 2) {
+        if (!arg_int(c, &argv[1], "protocol version", &proto)) return;
+        if (proto != 2 && proto != 3) {
+            err_reply(c, "NOPROTO", "unsupported protocol version %" PRId64
+                      " (2 and 3 are)", proto);
+            return;
+        }
+    }
+    bool authed = c->authed;
+    const struct resp_arg *name = NULL;
+    for (size_t i = 2; i < argc; i++) {
+        if (arg_is(&argv[i], "AUTH") && i + 2 < argc) {
+            if (!password_ok(c, &argv[i + 1], &argv[i + 2])) {
+                err_reply(c, "WRONGPASS", "invalid username-password pair or "
+                                          "user is disabled");
+                return;
+            }
+            authed = true;
+            i += 2;
+        } else if (arg_is(&argv[i], "SETNAME") && i + 1 < argc) {
+            name = &argv[++i];
+        } else {
+            syntax_error(c, &argv[i],
+                         "HELLO [protover [AUTH username password] "
+                         "[SETNAME name]]");
+            return;
+        }
+    }
+    if (!authed) {
+        err_reply(c, "NOAUTH", "HELLO must be called with the client already "
+                               "authenticated, otherwise the HELLO <proto> AUTH "
+                               "<user> <pass> option can be used");
+        return;
+    }
+    c->authed = true;
+    c->proto = (int)proto;
+    if (name)
+        snprintf(c->name, sizeof c->name, "%.*s",
+                 (int)(name->len > 63 ? 63 : name->len), name->p);
+    struct buf *b = conn_reply(c);
+    resp_map_v(b, c->proto, 7);
+    resp_bulk_str(b, "server");
+    resp_bulk_str(b, "delayq");
+    resp_bulk_str(b, "version");
+    resp_bulk_str(b, "7.0.0");
+    field_int(b, "proto", c->proto);
+    field_int(b, "id", (int64_t)c->id);
+    resp_bulk_str(b, "mode");
+    resp_bulk_str(b, "standalone");
+    resp_bulk_str(b, "role");
+    resp_bulk_str(b, "master");
+    resp_bulk_str(b, "modules");
+    resp_array(b, 0);
+    conn_reply_done(c);
 }
 
 static void cmd_select(struct conn *c, struct resp_arg *argv, size_t argc) {
@@ -563,14 +553,14 @@ static void cmd_client(struct conn *c, struct resp_arg *argv, size_t argc) {
         resp_simple(b, "OK");
     } else if (arg_is(&argv[1], "GETNAME")) {
         if (c->name[0]) resp_bulk_str(b, c->name);
-        else resp_nil(b);
+        else resp_nil_v(b, c->proto);
     } else if (arg_is(&argv[1], "ID")) {
         resp_int(b, (int64_t)c->id);
     } else if (arg_is(&argv[1], "SETINFO")) {
         resp_simple(b, "OK");
     } else {
         resp_error(b, "ERR", "unknown CLIENT subcommand '%.*s'",
-                   (int)(argv[1].len > 40 ? 40 : argv[1].len), argv[1].p);
+                   clip(argv[1].len), argv[1].p);
     }
     conn_reply_done(c);
 }
@@ -583,33 +573,115 @@ static void cmd_command(struct conn *c, struct resp_arg *argv, size_t argc) {
     conn_reply_done(c);
 }
 
-struct info_ctx {
-    struct buf text;
-};
+/* CONFIG GET: the few settings Redis clients and redis-benchmark ask for,
+ * answered as a Redis with no persistence of its own would. */
+static void cmd_config(struct conn *c, struct resp_arg *argv, size_t argc) {
+    if (!arg_is(&argv[1], "GET") || argc < 3) {
+        err_reply(c, "ERR", "only CONFIG GET parameter [parameter ...] is "
+                            "supported (delayqd is configured by its flags)");
+        return;
+    }
+    char port[16], maxclients[24];
+    snprintf(port, sizeof port, "%d", c->f->cfg.port);
+    snprintf(maxclients, sizeof maxclients, "%" PRIu64, c->f->cfg.maxclients);
+    const char *const known[][2] = {
+        {"save", ""},       {"appendonly", "no"}, {"databases", "1"},
+        {"maxmemory", "0"}, {"timeout", "0"},     {"port", port},
+        {"maxclients", maxclients},
+    };
+    const size_t nknown = sizeof known / sizeof known[0];
+    bool hit[sizeof known / sizeof known[0]] = {false};
+    size_t nhit = 0;
+    for (size_t i = 2; i < argc; i++) {
+        char pat[128];
+        snprintf(pat, sizeof pat, "%.*s", (int)(argv[i].len > 127 ? 127 : argv[i].len),
+                 argv[i].p);
+        for (size_t k = 0; k < nknown; k++)
+            if (!hit[k] && fnmatch(pat, known[k][0], FNM_CASEFOLD) == 0) {
+                hit[k] = true;
+                nhit++;
+            }
+    }
+    struct buf *b = conn_reply(c);
+    resp_map_v(b, c->proto, nhit);
+    for (size_t k = 0; k < nknown; k++)
+        if (hit[k]) {
+            resp_bulk_str(b, known[k][0]);
+            resp_bulk_str(b, known[k][1]);
+        }
+    conn_reply_done(c);
+}
+
+/* --- INFO ----------------------------------------------------------------- */
 
 static void info_emit(void *ud, const char *name, const char *value) {
-    buf_appendf(&((struct info_ctx *)ud)->text, "%s:%s\r\n", name, value);
+    buf_appendf(ud, "%s:%s\r\n", name, value);
+}
+
+/* The metrics table as INFO lines: label values join the name ("_add"),
+ * and per-topic series are left to /metrics (topics may hold ':'). */
+static void info_family(void *ud, const char *name, const char *type,
+                        const char *help) {}
+
+static bool info_key(char *key, size_t n, const char *name, const char *labels,
+                     const char *suffix) {
+    if (strstr(labels, "topic=")) return false;
+    int len = snprintf(key, n, "%s", name);
+    for (const char *p = labels; (p = strchr(p, '"')) != NULL;) {
+        const char *q = strchr(p + 1, '"');
+        if (!q) break;
+        len += snprintf(key + len, n - (size_t)len, "_%.*s", (int)(q - p - 1), p + 1);
+        p = q + 1;
+    }
+    snprintf(key + len, n - (size_t)len, "%s", suffix);
+    return true;
+}
+
+static void info_value(void *ud, const char *name, const char *labels,
+                       double v) {
+    char key[160];
+    if (info_key(key, sizeof key, name, labels, ""))
+        buf_appendf(ud, "%s:%.0f\r\n", key, v);
+}
+
+static void info_hist(void *ud, const char *name, const char *labels,
+                      const struct hist *h) {
+    char key[160];
+    if (!info_key(key, sizeof key, name, labels, "_count")) return;
+    buf_appendf(ud, "%s:%" PRIu64 "\r\n", key, h->count);
+    info_key(key, sizeof key, name, labels, "_p99");
+    buf_appendf(ud, "%s:%.6f\r\n", key, hist_quantile(h, 0.99));
 }
 
 static void cmd_info(struct conn *c, struct resp_arg *argv, size_t argc) {
-    struct server *srv = c->srv;
-    struct info_ctx ic = {BUF_INIT};
+    struct resp_front *f = c->f;
+    struct buf text = BUF_INIT;
+    struct metrics *m = core_metrics(f->core);
     int64_t now = clock_ms();
-    buf_appendf(&ic.text,
+    const struct hist *lag = metrics_fire_lag_all(m);
+    buf_appendf(&text,
                 "# Server\r\nredis_version:7.0.0\r\ndelayq_version:0.1.0\r\n"
                 "redis_mode:standalone\r\ntcp_port:%d\r\nuptime_in_seconds:%"
-                PRId64 "\r\n\r\n# Clients\r\nconnected_clients:%" PRIu64
+                PRId64 "\r\n\r\n# Clients\r\nconnected_clients:%" PRId64
                 "\r\nblocked_clients:%" PRIu64 "\r\nmaxclients:%" PRIu64
                 "\r\n\r\n# Stats\r\ntotal_connections_received:%" PRIu64
                 "\r\nrejected_connections:%" PRIu64
-                "\r\ntotal_commands_processed:%" PRIu64 "\r\n\r\n# Store\r\n",
-                srv->cfg.port, (now - srv->started_ms) / 1000, srv->nconns,
-                blocking_count(srv), srv->cfg.maxclients, srv->total_conns,
-                srv->rejected_conns, srv->total_cmds);
-    if (srv->ops->info) srv->ops->info(srv->store, info_emit, &ic);
-    resp_bulk(conn_reply(c), ic.text.p, ic.text.len);
+                "\r\ntotal_commands_processed:%" PRIu64
+                "\r\nfire_lag_count:%" PRIu64 "\r\nfire_lag_p50_ms:%.3f"
+                "\r\nfire_lag_p99_ms:%.3f\r\n\r\n# Store\r\n",
+                f->cfg.port, (now - f->started_ms) / 1000,
+                metrics_clients_now(m), core_blocked(f->core),
+                f->cfg.maxclients, f->total_conns, f->rejected_conns,
+                f->total_cmds, lag->count, hist_quantile(lag, 0.5) * 1000,
+                hist_quantile(lag, 0.99) * 1000);
+    buf_appendf(&text, "store:%s\r\n", core_store_name(f->core));
+    core_store_info(f->core, info_emit, &text);
+    buf_appendf(&text, "\r\n# Metrics\r\n");
+    struct metrics_visitor v = {info_family, info_value, info_hist, &text};
+    metrics_visit(m, &v);
+    resp_bulk(conn_reply(c), text.p, text.len);
     conn_reply_done(c);
-    buf_free(&ic.text);
+    buf_free(&text);
 }
 
 static const struct cmd commands[] = {
@@ -644,6 +716,11 @@ static const struct cmd commands[] = {
      "for Redis clients"},
     {"COMMAND", -1, 0, cmd_command, "COMMAND [COUNT|DOCS]",
      "the command table, for Redis clients"},
+    {"HELLO", -1, CMD_NOAUTH, cmd_hello,
+     "HELLO [protover [AUTH username password] [SETNAME name]]",
+     "for Redis clients: choose RESP2 or RESP3"},
+    {"CONFIG", -2, 0, cmd_config, "CONFIG GET parameter [parameter ...]",
+     "for Redis clients: the few settings they ask for"},
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 
@@ -655,7 +732,7 @@ static const struct cmd *cmd_lookup(const struct resp_arg *name) {
 
 static size_t cmd_count(void) { return NCOMMANDS; }
 
-void cmd_table_reply(struct buf *b) {
+static void cmd_table_reply(struct buf *b) {
     resp_array(b, NCOMMANDS);
     for (size_t i = 0; i < NCOMMANDS; i++) {
         const struct cmd *cmd = &commands[i];

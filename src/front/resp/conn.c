@@ -30,13 +30,15 @@
 
 #include "lib/log.h"
 #include "lib/xalloc.h"
-#include "server/server.h"
+#include "front/resp/resp_int.h"
 
 #define READ_CHUNK (64 * 1024)
 #define MAX_INFLIGHT 4096            /* requests in flight before parsing waits */
 #define IN_MAX (64 * 1024 * 1024)   /* unparsed input before reading waits */
 #define SLICE 16 /* requests dispatched before the replies so far are pushed */
-#define OWN_EVENTS 2 /* our flush event and the store's batch event */
+/* Events that may be active in a loop turn without being other work: our
+ * flush event and the store's own (store.h, DQ_STORE_ACTIVE_EVENTS). */
+#define OWN_EVENTS (1 + DQ_STORE_ACTIVE_EVENTS)
 
 static struct buf scratch; /* replies to connections that are gone */
 
@@ -51,19 +53,21 @@ static void set_reading(struct conn *c, bool on) {
     c->reading = on;
 }
 
-struct conn *conn_new(struct server *srv, int fd) {
+struct conn *conn_new(struct resp_front *f, int fd) {
     struct conn *c = xcalloc(1, sizeof *c);
-    c->srv = srv;
+    c->f = f;
     c->fd = fd;
-    c->id = ++srv->next_conn_id;
-    c->authed = srv->cfg.requirepass == NULL;
-    c->rev = event_new(srv->base, fd, EV_READ | EV_PERSIST, conn_read_cb, c);
-    c->wev = event_new(srv->base, fd, EV_WRITE | EV_PERSIST, conn_write_cb, c);
-    c->next = srv->conns;
-    if (srv->conns) srv->conns->prev = c;
-    srv->conns = c;
-    srv->nconns++;
-    srv->total_conns++;
+    c->id = ++f->next_conn_id;
+    c->proto = 2;
+    c->authed = f->cfg.requirepass == NULL;
+    c->rev = event_new(f->base, fd, EV_READ | EV_PERSIST, conn_read_cb, c);
+    c->wev = event_new(f->base, fd, EV_WRITE | EV_PERSIST, conn_write_cb, c);
+    c->next = f->conns;
+    if (f->conns) f->conns->prev = c;
+    f->conns = c;
+    f->nconns++;
+    f->total_conns++;
+    metrics_clients(core_metrics(f->core), 1);
     set_reading(c, true);
     return c;
 }
@@ -96,14 +100,14 @@ void conn_cache_free(void) {
 }
 
 void conn_close(struct conn *c) {
-    struct server *srv = c->srv;
+    struct resp_front *f = c->f;
     /* Requests the store still owes a completion are orphaned, and freed
      * by it; the rest (done, or waiting in blocking.c) are freed here. */
     for (struct req *r = c->head, *next; r; r = next) {
         next = r->next;
         r->c = NULL;
         if (r->w) {
-            blocking_abandon(r->w);
+            core_reserve_cancel(r->w);
             r->w = NULL;
             req_free(r);
         } else if (r->done) {
@@ -112,11 +116,12 @@ void conn_close(struct conn *c) {
     }
     c->head = c->tail = NULL;
     if (c->prev) c->prev->next = c->next;
-    else srv->conns = c->next;
+    else f->conns = c->next;
     if (c->next) c->next->prev = c->prev;
-    srv->nconns--;
+    f->nconns--;
+    metrics_clients(core_metrics(f->core), -1);
     if (c->flushing) {
-        struct conn **pp = &srv->flush_list;
+        struct conn **pp = &f->flush_list;
         while (*pp && *pp != c) pp = &(*pp)->flush_next;
         if (*pp) *pp = c->flush_next;
     }
@@ -147,6 +152,8 @@ struct req *req_new(struct conn *c) {
     c->inflight++;
     return r;
 }
+
+int req_proto(const struct req *r) { return r->c ? r->c->proto : 2; }
 
 struct buf *req_out(struct req *r) {
     if (!r->c) {
@@ -214,10 +221,10 @@ static void protocol_error(struct conn *c, const char *msg) {
  * The server's flush event and the store's batch event may be active too;
  * they are not other work. Returns false if the connection was closed. */
 static bool conn_push(struct conn *c) {
-    struct server *srv = c->srv;
-    if (event_base_get_num_events(srv->base, EVENT_BASE_COUNT_ACTIVE) > OWN_EVENTS)
+    struct resp_front *f = c->f;
+    if (event_base_get_num_events(f->base, EVENT_BASE_COUNT_ACTIVE) > OWN_EVENTS)
         return true;
-    if (srv->ops->push) srv->ops->push(srv->store);
+    core_push(f->core);
     return conn_write(c);
 }
 
@@ -226,24 +233,24 @@ static bool conn_push(struct conn *c) {
  * the store which jobs the slice will touch, so that their cache misses
  * overlap. The requests are parsed again when dispatched. */
 static void prefetch_slice(struct conn *c) {
-    struct server *srv = c->srv;
+    struct resp_front *f = c->f;
     struct dq_str keys[2 * SLICE];
     size_t nkeys = 0, off = 0, len = buf_unread(&c->in);
     char *p = c->in.p + c->in.off;
     for (int i = 0; i < SLICE && off < len && p[off] == '*'; i++) {
         size_t argc = 0;
         const char *err = NULL;
-        ssize_t n = resp_parse(p + off, len - off, &srv->limits, srv->argv,
+        ssize_t n = resp_parse(p + off, len - off, &f->limits, f->argv,
                                &argc, &err);
         if (n < 0) break;
-        if (argc > 0 && cmd_key(srv->argv, argc, &keys[2 * nkeys])) nkeys++;
+        if (argc > 0 && cmd_key(f->argv, argc, &keys[2 * nkeys])) nkeys++;
         off += (size_t)n;
     }
-    if (nkeys > 1) srv->ops->prefetch(srv->store, keys, nkeys);
+    if (nkeys > 1) core_prefetch(f->core, keys, nkeys);
 }
 
 bool conn_process_input(struct conn *c) {
-    struct server *srv = c->srv;
+    struct resp_front *f = c->f;
     unsigned sliced = 0;
     c->resume = false;
     while (!c->closing && !c->paused && buf_unread(&c->in) > 0) {
@@ -251,19 +258,19 @@ bool conn_process_input(struct conn *c) {
             c->resume = true;
             break;
         }
-        if (sliced == 0 && srv->ops->prefetch) prefetch_slice(c);
+        if (sliced == 0 && core_can_prefetch(f->core)) prefetch_slice(c);
         size_t argc = 0;
         const char *err = NULL;
         ssize_t n = resp_parse(c->in.p + c->in.off, buf_unread(&c->in),
-                               &srv->limits, srv->argv, &argc, &err);
+                               &f->limits, f->argv, &argc, &err);
         if (n == RESP_NEED) break;
         if (n == RESP_BAD) {
             protocol_error(c, err ? err : "malformed request");
             break;
         }
         if (argc > 0) {
-            srv->total_cmds++;
-            cmd_dispatch(c, srv->argv, argc);
+            f->total_cmds++;
+            cmd_dispatch(c, f->argv, argc);
         }
         buf_consume(&c->in, (size_t)n);
         if (++sliced == SLICE && buf_unread(&c->in) > 0) {
@@ -271,9 +278,18 @@ bool conn_process_input(struct conn *c) {
             sliced = 0;
         }
     }
-    set_reading(c, !c->closing && !srv->stopping &&
-                       buf_unread(&c->in) < IN_MAX + srv->limits.max_bulk);
+    set_reading(c, !c->closing && !f->stopping &&
+                       buf_unread(&c->in) < IN_MAX + f->limits.max_bulk);
     return true;
+}
+
+void conn_drain_socket(struct conn *c) {
+    for (;;) {
+        char *p = buf_reserve(&c->in, READ_CHUNK);
+        ssize_t n = read(c->fd, p, c->in.cap - c->in.len);
+        if (n <= 0) break;
+        c->in.len += (size_t)n;
+    }
 }
 
 static void conn_read_cb(evutil_socket_t fd, short what, void *arg) {
@@ -293,11 +309,11 @@ static void conn_read_cb(evutil_socket_t fd, short what, void *arg) {
 
 void conn_schedule_flush(struct conn *c) {
     if (c->flushing) return;
-    struct server *srv = c->srv;
+    struct resp_front *f = c->f;
     c->flushing = true;
-    c->flush_next = srv->flush_list;
-    srv->flush_list = c;
-    event_active(srv->flush_ev, 0, 0);
+    c->flush_next = f->flush_list;
+    f->flush_list = c;
+    event_active(f->flush_ev, 0, 0);
 }
 
 /* Writes what it can. Returns false if the connection was closed. */
@@ -320,11 +336,11 @@ static bool conn_write(struct conn *c) {
             return false;
         }
     } else {
-        if (buf_unread(&c->out) > c->srv->cfg.max_output) {
+        if (buf_unread(&c->out) > c->f->cfg.max_output) {
             log_warn("client %llu dropped: %zu reply bytes unread "
                      "(--max-output %llu)",
                      (unsigned long long)c->id, buf_unread(&c->out),
-                     (unsigned long long)c->srv->cfg.max_output);
+                     (unsigned long long)c->f->cfg.max_output);
             /* reset, not close: the kernel must not keep trickling the
              * unread replies to it */
             struct linger lg = {1, 0};
@@ -341,11 +357,11 @@ static void conn_write_cb(evutil_socket_t fd, short what, void *arg) {
     conn_write(arg);
 }
 
-void conn_flush_all(struct server *srv) {
+void conn_flush_all(struct resp_front *f) {
     /* Resumed input may add replies: loop until the list stays empty. */
-    while (srv->flush_list) {
-        struct conn *list = srv->flush_list;
-        srv->flush_list = NULL;
+    while (f->flush_list) {
+        struct conn *list = f->flush_list;
+        f->flush_list = NULL;
         while (list) {
             struct conn *c = list;
             list = c->flush_next;

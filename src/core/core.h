@@ -1,0 +1,141 @@
+/* core.h -- delayq's protocol-free core (DESIGN §5).
+ *
+ * Every front end (RESP, HTTP, the pusher) reaches jobs through these calls
+ * and nothing else. The core validates each field against the limits of
+ * job.h, fills the ADD defaults, reads the clock once per request, calls the
+ * store through its ops table, owns blocked RESERVEs and keeps the metrics
+ * table. It knows no protocol: a request is a function call with typed
+ * arguments, and it completes through a callback with a `struct dq_result`.
+ *
+ * Contract of every request function:
+ *  - Strings (dq_str) are borrowed for the duration of the call only.
+ *  - `cb(pd, res)` is called exactly once, possibly before the function
+ *    returns (a validation error, or a store that completes at once),
+ *    usually later from the event loop. `res` and everything it points to
+ *    is valid only during the callback.
+ *  - A validation error completes with status DQ_INVALID (or DQ_TOOBIG) and
+ *    an errmsg that names the field, in the words of DESIGN §2 ("delay",
+ *    "ttr", "topic"...). Front ends show it as it is.
+ *  - Integers a front end could not parse at all are the front end's error
+ *    (it knows the caller's spelling); the core checks ranges.
+ *
+ * Error convention of this layer: request functions return nothing and
+ * report through the callback; core_open returns 0 or -1 with a message.
+ */
+#ifndef DQ_CORE_H
+#define DQ_CORE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "job.h"
+#include "store/store.h"
+
+struct event_base;
+struct core;
+struct core_wait;
+struct metrics;
+
+/* "Not given" for the optional integer fields below. */
+#define CORE_UNSET INT64_MIN
+
+struct core_config {
+    struct event_base *base;
+    const struct dq_store_ops *ops; /* the store; its cfg below */
+    struct dq_store_config store;   /* base/on_ready/ud are set by the core */
+    uint64_t max_body;
+    uint32_t metrics_max_topics;    /* topics with their own series */
+};
+
+/* Opens the store and readies the core. Returns 0 and sets *out, or -1
+ * with a message in err. Strings in cfg must outlive the core. */
+int core_open(struct core **out, const struct core_config *cfg, char *err,
+              size_t errlen);
+/* Answers every blocked RESERVE (nil), closes the store (which completes
+ * what it still holds) and frees the core. Accepts NULL. */
+void core_close(struct core *c);
+
+/* Stops taking work that could wait: blocked RESERVEs are answered now
+ * (no jobs) and new ones do not block (graceful stop). */
+void core_stop(struct core *c);
+
+typedef void core_cb(void *pd, const struct dq_result *res);
+
+/* ADD. The fields a client may leave out are CORE_UNSET (integers) or
+ * empty strings. id "*" asks the store for a time-ordered id. */
+struct core_add {
+    struct dq_str topic, id, body;
+    int64_t delay;          /* ms from now */
+    int64_t at;             /* unix ms; not with delay */
+    int64_t ttr, retries;
+    int backoff_kind;       /* -1 = default, else enum dq_backoff_kind */
+    int64_t backoff_base, backoff_max;
+    bool replace;
+};
+#define CORE_ADD_INIT                                                       \
+    {.delay = CORE_UNSET, .at = CORE_UNSET, .ttr = CORE_UNSET,               \
+     .retries = CORE_UNSET, .backoff_kind = -1,                              \
+     .backoff_base = CORE_UNSET, .backoff_max = CORE_UNSET}
+
+/* res: id. Errors: INVALID, TOOBIG, EXISTS, BUSY, FULL, store errors. */
+void core_add(struct core *c, const struct core_add *a, core_cb *cb, void *pd);
+/* res: n = how many of ids existed. */
+void core_del(struct core *c, struct dq_str topic, const struct dq_str *ids,
+              size_t nids, core_cb *cb, void *pd);
+/* res: njobs 1, or 0 when there is no such job. */
+void core_get(struct core *c, struct dq_str topic, struct dq_str id,
+              core_cb *cb, void *pd);
+/* res: n = how many of ids existed (any state). */
+void core_ack(struct core *c, struct dq_str topic, const struct dq_str *ids,
+              size_t nids, core_cb *cb, void *pd);
+/* delay CORE_UNSET = the job's backoff. res: n = the new enum dq_state. */
+void core_nack(struct core *c, struct dq_str topic, struct dq_str id,
+               int64_t delay, core_cb *cb, void *pd);
+/* ttr CORE_UNSET = the job's own. res: n = the new deadline. */
+void core_touch(struct core *c, struct dq_str topic, struct dq_str id,
+                int64_t ttr, core_cb *cb, void *pd);
+/* count CORE_UNSET = all. res: n = dead jobs moved to ready. */
+void core_kick(struct core *c, struct dq_str topic, int64_t count, core_cb *cb,
+               void *pd);
+/* state by name; count CORE_UNSET = 10. res: strs/nstrs, cursor. */
+void core_list(struct core *c, struct dq_str topic, struct dq_str state,
+               int64_t count, uint64_t cursor, core_cb *cb, void *pd);
+/* res: n = jobs removed. */
+void core_purge(struct core *c, struct dq_str topic, core_cb *cb, void *pd);
+/* topic.len 0 = all topics. res: stats. */
+void core_stats(struct core *c, struct dq_str topic, core_cb *cb, void *pd);
+/* res: strs/nstrs. */
+void core_topics(struct core *c, core_cb *cb, void *pd);
+
+/* RESERVE: up to count (CORE_UNSET = 1) ready jobs from the topics, in
+ * order. timeout_ms: CORE_UNSET = wait forever, 0 = do not wait.
+ * res: jobs/njobs, 0 jobs when the wait ended without any.
+ *
+ * Returns NULL when cb has already been called; otherwise a handle that
+ * stays valid until cb is called, for core_reserve_cancel. */
+struct core_wait *core_reserve(struct core *c, const struct dq_str *topics,
+                               size_t ntopics, int64_t count,
+                               int64_t timeout_ms, core_cb *cb, void *pd);
+/* The client of a waiting RESERVE went away: cb will not be called, and
+ * jobs reserved for it meanwhile are given back to the store at once. */
+void core_reserve_cancel(struct core_wait *w);
+
+/* Clients blocked in RESERVE now. */
+uint64_t core_blocked(const struct core *c);
+
+/* INFO: appends the store's lines ("name", "value") through emit. */
+void core_store_info(struct core *c, dq_info_emit *emit, void *ud);
+/* The store's name ("embedded", "redis"). */
+const char *core_store_name(const struct core *c);
+
+/* The store may complete what it holds (a pipeline's slice is done; see
+ * dq_store_ops.push); and may start loading these jobs (prefetch). */
+void core_push(struct core *c);
+void core_prefetch(struct core *c, const struct dq_str *keys, size_t n);
+/* Whether the store has prefetch (a front end parses ahead only then). */
+bool core_can_prefetch(const struct core *c);
+
+/* The metrics table every front end reads (core/metrics.h). */
+struct metrics *core_metrics(struct core *c);
+
+#endif

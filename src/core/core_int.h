@@ -1,0 +1,48 @@
+/* core_int.h -- what the core's own modules share (not for front ends).
+ *
+ *   core.c     requests: validation, defaults, the clock, the store call
+ *   wait.c     RESERVEs that wait for jobs, and waking them
+ *   metrics.c  the metrics table
+ */
+#ifndef DQ_CORE_INT_H
+#define DQ_CORE_INT_H
+
+#include "core/core.h"
+#include "core/metrics.h"
+
+struct call;
+struct wait_table;
+
+struct core {
+    struct core_config cfg;
+    struct event_base *base;
+    const struct dq_store_ops *ops;
+    struct dq_store *store;
+    struct metrics *metrics;
+    struct wait_table *waits;
+    struct call *calls; /* free list */
+    unsigned ncalls;
+    bool stopping;
+    char errbuf[512];   /* a validation error's message, during its callback */
+};
+
+/* --- wait.c --- */
+struct wait_table *wait_table_new(void);
+void wait_table_free(struct wait_table *t);
+/* Issues a RESERVE and, if it finds nothing and timeout_ms != 0, waits
+ * until a job arrives or the timeout (< 0 = forever) passes. Topics are
+ * copied. Returns NULL when cb has been called already. */
+struct core_wait *wait_reserve(struct core *c, const struct dq_str *topics,
+                               size_t ntopics, uint32_t count,
+                               int64_t timeout_ms, core_cb *cb, void *pd);
+/* The store says topic may have ready jobs (store.h's on_ready). */
+void wait_on_ready(struct core *c, struct dq_str topic, int64_t hint);
+/* Answers every waiting RESERVE with no jobs. */
+void wait_wake_all(struct core *c);
+uint64_t wait_count(const struct core *c);
+
+/* --- core.c --- */
+/* Jobs were handed to a client: records how late each was (fire lag). */
+void core_handed_out(struct core *c, const struct dq_result *res);
+
+#endif

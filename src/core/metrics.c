@@ -1,0 +1,200 @@
+/* metrics.c -- the metrics table; see metrics.h. */
+#include "core/metrics.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "lib/htab.h"
+#include "lib/xalloc.h"
+
+#define MAX_TOPICS_DEFAULT 1000
+
+/* Seconds. Commands take microseconds to milliseconds; fire lag is a
+ * fraction of a millisecond when all is well. */
+static const double cmd_bounds[] = {
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
+    0.025,   0.05,   0.1,     0.25,   0.5,   1,      2.5,   5};
+static const double lag_bounds[] = {
+    0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025,
+    0.05,   0.1,     0.25,   0.5,   1,     2.5,   5,    10};
+#define NB(a) ((int)(sizeof a / sizeof a[0]))
+
+static const char *const cmd_names[M_NCMDS] = {
+    "add",   "del",  "get",  "reserve", "ack",   "nack",
+    "touch", "kick", "list", "purge",   "stats", "topics"};
+
+struct topic_m {
+    struct hnode hn;
+    uint64_t hash;
+    struct hist lag;
+    size_t len;
+    char name[];
+};
+
+struct metrics {
+    struct hist cmd[M_NCMDS];
+    uint64_t cmd_errors[M_NCMDS];
+    struct htab topics; /* struct topic_m */
+    uint32_t ntopics, max_topics;
+    struct hist lag_other; /* topics past max_topics */
+    struct hist lag_all;
+    int64_t clients;
+    int64_t (*blocked)(void *ud);
+    int64_t (*store_up)(void *ud);
+    void *gauge_ud;
+};
+
+static uint64_t topic_hash(const struct hnode *n) {
+    return ((const struct topic_m *)n)->hash;
+}
+
+struct metrics *metrics_new(uint32_t max_topics) {
+    struct metrics *m = xcalloc(1, sizeof *m);
+    for (int i = 0; i < M_NCMDS; i++)
+        hist_init(&m->cmd[i], cmd_bounds, NB(cmd_bounds));
+    hist_init(&m->lag_other, lag_bounds, NB(lag_bounds));
+    hist_init(&m->lag_all, lag_bounds, NB(lag_bounds));
+    htab_init(&m->topics, 16, topic_hash);
+    m->max_topics = max_topics ? max_topics : MAX_TOPICS_DEFAULT;
+    return m;
+}
+
+static void free_topic(void *ud, struct hnode *n) { dq_free(n); }
+
+void metrics_free(struct metrics *m) {
+    if (!m) return;
+    htab_foreach(&m->topics, free_topic, NULL);
+    htab_destroy(&m->topics);
+    dq_free(m);
+}
+
+const char *metrics_cmd_name(int cmd) {
+    return cmd >= 0 && cmd < M_NCMDS ? cmd_names[cmd] : "unknown";
+}
+
+void metrics_command(struct metrics *m, int cmd, int64_t usec, int status) {
+    hist_observe(&m->cmd[cmd], (double)usec / 1e6);
+    if (status != 0) m->cmd_errors[cmd]++;
+}
+
+/* The lag histogram of topic t, creating its series while there is room. */
+static struct hist *topic_lag(struct metrics *m, struct dq_str t) {
+    uint64_t h = htab_hash_bytes(t.p, t.len);
+    for (struct hnode *n = htab_bucket(&m->topics, h); n; n = n->next) {
+        struct topic_m *tm = (struct topic_m *)n;
+        if (tm->hash == h && tm->len == t.len && memcmp(tm->name, t.p, t.len) == 0)
+            return &tm->lag;
+    }
+    if (m->ntopics >= m->max_topics) return &m->lag_other;
+    struct topic_m *tm = xcalloc(1, sizeof *tm + t.len + 1);
+    tm->hash = h;
+    tm->len = t.len;
+    memcpy(tm->name, t.p, t.len);
+    hist_init(&tm->lag, lag_bounds, NB(lag_bounds));
+    htab_insert(&m->topics, &tm->hn, h);
+    m->ntopics++;
+    return &tm->lag;
+}
+
+void metrics_fire_lag(struct metrics *m, struct dq_str topic, int64_t lag_us) {
+    double s = lag_us > 0 ? (double)lag_us / 1e6 : 0;
+    hist_observe(topic_lag(m, topic), s);
+    hist_observe(&m->lag_all, s);
+}
+
+void metrics_clients(struct metrics *m, int delta) { m->clients += delta; }
+int64_t metrics_clients_now(const struct metrics *m) { return m->clients; }
+
+void metrics_set_gauge_fn(struct metrics *m, int64_t (*blocked)(void *ud),
+                          int64_t (*store_up)(void *ud), void *ud) {
+    m->blocked = blocked;
+    m->store_up = store_up;
+    m->gauge_ud = ud;
+}
+
+const struct hist *metrics_fire_lag_all(const struct metrics *m) {
+    return &m->lag_all;
+}
+
+/* --- the table of families ------------------------------------------------ */
+
+struct family {
+    const char *name, *type, *help;
+    void (*emit)(const struct metrics *m, const struct family *f,
+                 const struct metrics_visitor *v);
+};
+
+static void emit_cmd_duration(const struct metrics *m, const struct family *f,
+                              const struct metrics_visitor *v) {
+    char labels[64];
+    for (int i = 0; i < M_NCMDS; i++) {
+        snprintf(labels, sizeof labels, "command=\"%s\"", cmd_names[i]);
+        v->hist(v->ud, f->name, labels, &m->cmd[i]);
+    }
+}
+
+static void emit_cmd_errors(const struct metrics *m, const struct family *f,
+                            const struct metrics_visitor *v) {
+    char labels[64];
+    for (int i = 0; i < M_NCMDS; i++) {
+        snprintf(labels, sizeof labels, "command=\"%s\"", cmd_names[i]);
+        v->value(v->ud, f->name, labels, (double)m->cmd_errors[i]);
+    }
+}
+
+struct lag_ctx {
+    const struct family *f;
+    const struct metrics_visitor *v;
+};
+
+static void emit_topic_lag(void *ud, struct hnode *n) {
+    struct lag_ctx *lc = ud;
+    struct topic_m *tm = (struct topic_m *)n;
+    char labels[DQ_TOPIC_MAX + 16];
+    snprintf(labels, sizeof labels, "topic=\"%s\"", tm->name);
+    lc->v->hist(lc->v->ud, lc->f->name, labels, &tm->lag);
+}
+
+static void emit_fire_lag(const struct metrics *m, const struct family *f,
+                          const struct metrics_visitor *v) {
+    struct lag_ctx lc = {f, v};
+    htab_foreach(&m->topics, emit_topic_lag, &lc);
+    if (m->lag_other.count) v->hist(v->ud, f->name, "topic=\"_other\"", &m->lag_other);
+}
+
+static void emit_clients(const struct metrics *m, const struct family *f,
+                         const struct metrics_visitor *v) {
+    v->value(v->ud, f->name, "", (double)m->clients);
+}
+
+static void emit_blocked(const struct metrics *m, const struct family *f,
+                         const struct metrics_visitor *v) {
+    v->value(v->ud, f->name, "", m->blocked ? (double)m->blocked(m->gauge_ud) : 0);
+}
+
+static void emit_store_up(const struct metrics *m, const struct family *f,
+                          const struct metrics_visitor *v) {
+    v->value(v->ud, f->name, "", m->store_up ? (double)m->store_up(m->gauge_ud) : 1);
+}
+
+static const struct family families[] = {
+    {"delayq_fire_lag_seconds", "histogram",
+     "How late jobs were handed to a consumer or pushed, after their due time",
+     emit_fire_lag},
+    {"delayq_command_duration_seconds", "histogram",
+     "Time from a command's arrival in the core to its completion", emit_cmd_duration},
+    {"delayq_command_errors_total", "counter",
+     "Commands that completed with an error", emit_cmd_errors},
+    {"delayq_connected_clients", "gauge", "Clients connected (RESP and HTTP)",
+     emit_clients},
+    {"delayq_blocked_clients", "gauge", "Clients waiting in RESERVE", emit_blocked},
+    {"delayq_store_up", "gauge", "1 when the store answers, else 0", emit_store_up},
+};
+
+void metrics_visit(const struct metrics *m, const struct metrics_visitor *v) {
+    for (size_t i = 0; i < sizeof families / sizeof families[0]; i++) {
+        const struct family *f = &families[i];
+        v->family(v->ud, f->name, f->type, f->help);
+        f->emit(m, f, v);
+    }
+}
