@@ -172,7 +172,7 @@ static void test_add_get_typed(void **state) {
     o.ttr_ms = 0;
     assert_int_equal(delayq_add(dq, "t-add", "b", "", 0, &o, NULL), DELAYQ_ERR);
     assert_int_equal(delayq_err(dq), DELAYQ_E_SERVER);
-    assert_non_null(strstr(delayq_errstr(dq), "TTR"));
+    assert_non_null(strcasestr(delayq_errstr(dq), "TTR"));
     o = (struct delayq_add_opts)DELAYQ_ADD_OPTS_INIT;
     o.delay_ms = 1;
     o.at_ms = 1;
