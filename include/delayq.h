@@ -231,8 +231,11 @@ int delayq_info(delayq *dq, const char *section, char **text, size_t *len);
  * flagged cancelled, and run() waits for those handlers to return, ignoring
  * their results.
  *
- * Hooks run in the handler's thread after the server answered; `err` in
- * on_retry/on_dead is 0, or an error code if the NACK/ACK itself failed
+ * ACKs are batched: one handler thread at a time ACKs every job whose
+ * handler succeeded meanwhile, one ACK per topic, and calls their on_success
+ * (so on_success calls never overlap, and may run in another job's thread). on_retry and on_dead run in the
+ * handler's thread after its NACK. Hooks run after the server answered; `err`
+ * in on_retry/on_dead is 0, or an error code if the ACK/NACK itself failed
  * (then the lease ends and the server redelivers or buries the job). */
 
 enum delayq_result { DELAYQ_DONE = 0, DELAYQ_RETRY = 1 };

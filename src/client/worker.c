@@ -4,8 +4,11 @@
  *   - the caller of delayq_worker_run, the dispatcher: RESERVE COUNT <free
  *     slots> (never more), hands each job to an idle slot, and on stop runs
  *     the grace period and hands unfinished jobs back;
- *   - one handler thread per slot: runs the handler, then ACKs or NACKs and
- *     calls the hooks;
+ *   - one handler thread per slot: runs the handler, then NACKs a failure
+ *     and calls its hook, or queues a success for ACK. The first handler
+ *     thread to queue one while no one is ACKing becomes the acker: it ACKs
+ *     every queued job, one ACK per topic, until the queue is empty (so ACKs
+ *     are batched under load and immediate when idle);
  *   - the heartbeat thread: TOUCHes running jobs every `heartbeat` fraction
  *     of their lease and flags handlers past their timeout.
  * One mutex guards the slots; nothing talks to the server with it held.
@@ -44,6 +47,7 @@ struct delayq_task {
     bool timed_out;
     atomic_int cancelled;
     pthread_t thread;
+    pthread_cond_t cv; /* its handler thread waits here for a job */
 };
 
 struct delayq_worker {
@@ -59,11 +63,16 @@ struct delayq_worker {
 
     pthread_mutex_t mu;
     pthread_cond_t cv_main; /* dispatcher: a slot freed, stop */
-    pthread_cond_t cv_work; /* handler threads: a job queued, exit */
     pthread_cond_t cv_hb;   /* heartbeat: a job started, exit */
     bool running, stopping, exiting;
     int nfree;
     struct delayq_task *slots;
+    int *done; /* slots whose jobs wait for the acker */
+    int ndone;
+    bool acking; /* a handler thread is ACKing the done slots */
+    int *ack_slots;         /* the acker's copy of done */
+    const char **ack_ids;   /* the ids of one ACK */
+    bool *ack_sent;
     pthread_t hb_thread;
 };
 
@@ -142,7 +151,11 @@ delayq_worker *delayq_worker_new(const struct delayq_options *conn,
     w->ntopics = opts->ntopics;
     w->n = opts->concurrency ? opts->concurrency : 1;
     w->slots = calloc((size_t)w->n, sizeof *w->slots);
-    if ((conn && conn->host && !w->host) || (conn && conn->password && !w->password) ||
+    w->done = calloc((size_t)w->n, sizeof *w->done);
+    w->ack_slots = calloc((size_t)w->n, sizeof *w->ack_slots);
+    w->ack_ids = calloc((size_t)w->n, sizeof *w->ack_ids);
+    w->ack_sent = calloc((size_t)w->n, sizeof *w->ack_sent);
+    if (!w->done || !w->ack_slots || !w->ack_ids || !w->ack_sent ||(conn && conn->host && !w->host) || (conn && conn->password && !w->password) ||
         !w->topics || !w->slots)
         goto oom;
     for (size_t i = 0; i < opts->ntopics; i++)
@@ -158,18 +171,22 @@ delayq_worker *delayq_worker_new(const struct delayq_options *conn,
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&w->cv_main, &ca);
-    pthread_cond_init(&w->cv_work, &ca);
     pthread_cond_init(&w->cv_hb, &ca);
-    pthread_condattr_destroy(&ca);
     for (int i = 0; i < w->n; i++) {
         w->slots[i].w = w;
         w->slots[i].index = i;
+        pthread_cond_init(&w->slots[i].cv, &ca);
     }
+    pthread_condattr_destroy(&ca);
     return w;
 oom:
     if (w) {
         free_strings(w->topics, w->ntopics);
         free(w->slots);
+        free(w->done);
+        free(w->ack_slots);
+        free(w->ack_ids);
+        free(w->ack_sent);
         free(w->host);
         free(w->password);
         free(w);
@@ -193,10 +210,14 @@ void delayq_worker_free(delayq_worker *w) {
     if (!w) return;
     pthread_mutex_destroy(&w->mu);
     pthread_cond_destroy(&w->cv_main);
-    pthread_cond_destroy(&w->cv_work);
     pthread_cond_destroy(&w->cv_hb);
+    for (int i = 0; i < w->n; i++) pthread_cond_destroy(&w->slots[i].cv);
     free_strings(w->topics, w->ntopics);
     free(w->slots);
+    free(w->done);
+    free(w->ack_slots);
+    free(w->ack_ids);
+    free(w->ack_sent);
     free(w->host);
     free(w->password);
     free(w);
@@ -204,18 +225,15 @@ void delayq_worker_free(delayq_worker *w) {
 
 /* ---- answering the server --------------------------------------------- */
 
-/* ACK or NACK, tried a second time after an I/O error (both are safe to
- * repeat: ACK is idempotent, a repeated NACK gets NOTRESERVED). Returns 0 or
- * the error code. */
-static int answer(struct delayq_worker *w, delayq *dq, const struct delayq_job *j,
-                  bool ack, int64_t delay, enum delayq_state *state) {
+/* NACK, tried a second time after an I/O error (safe: a repeated NACK gets
+ * NOTRESERVED). Returns 0 or the error code. */
+static int nack(struct delayq_worker *w, delayq *dq, const struct delayq_job *j,
+                int64_t delay, enum delayq_state *state) {
     for (int attempt = 0; attempt < 2; attempt++) {
-        int rc = ack ? delayq_ack(dq, j->topic, (const char *const *)&j->id, 1, NULL)
-                     : delayq_nack(dq, j->topic, j->id, delay, state);
-        if (rc == DELAYQ_OK) return 0;
+        if (delayq_nack(dq, j->topic, j->id, delay, state) == DELAYQ_OK) return 0;
         int err = delayq_err(dq);
         if (err != DELAYQ_E_IO && err != DELAYQ_E_TIMEOUT) return err;
-        wlog(w, ack ? "ACK" : "NACK", dq);
+        wlog(w, "NACK", dq);
     }
     return delayq_err(dq);
 }
@@ -227,13 +245,57 @@ static void free_job(struct delayq_job *j) {
     memset(j, 0, sizeof *j);
 }
 
+/* ---- the acker ------------------------------------------------------------ */
+
+/* ACKs the finished jobs of slots done[0..n), one ACK per topic, calls the
+ * hooks and frees the slots. The slots are FINISHING: nobody else touches
+ * their jobs. */
+static void ack_batch(struct delayq_worker *w, delayq *dq, const int *done, int n) {
+    const char **ids = w->ack_ids;
+    bool *sent = w->ack_sent;
+    memset(sent, 0, (size_t)n * sizeof *sent);
+    for (int i = 0; i < n; i++) {
+        if (sent[i]) continue;
+        const char *topic = w->slots[done[i]].job.topic;
+        int k = 0;
+        for (int m = i; m < n; m++)
+            if (!sent[m] && strcmp(w->slots[done[m]].job.topic, topic) == 0)
+                ids[k++] = w->slots[done[m]].job.id;
+        int err = 0; /* ACK is idempotent: tried a second time after an I/O error */
+        for (int attempt = 0; attempt < 2; attempt++) {
+            if (dq && delayq_ack(dq, topic, ids, (size_t)k, NULL) == DELAYQ_OK) {
+                err = 0;
+                break;
+            }
+            err = dq ? delayq_err(dq) : DELAYQ_E_NOMEM;
+            if (err != DELAYQ_E_IO && err != DELAYQ_E_TIMEOUT) break;
+            wlog(w, "ACK", dq);
+        }
+        for (int m = i; m < n; m++) {
+            struct delayq_task *t = &w->slots[done[m]];
+            if (sent[m] || strcmp(t->job.topic, topic) != 0) continue;
+            sent[m] = true;
+            if (!err && w->o.on_success) w->o.on_success(&t->job, w->o.arg);
+            else if (err && w->o.on_retry) w->o.on_retry(&t->job, err, w->o.arg);
+        }
+    }
+    pthread_mutex_lock(&w->mu);
+    for (int i = 0; i < n; i++) {
+        free_job(&w->slots[done[i]].job);
+        w->slots[done[i]].state = S_FREE;
+    }
+    w->nfree += n;
+    pthread_cond_broadcast(&w->cv_main);
+    pthread_mutex_unlock(&w->mu);
+}
+
 static void *handler_main(void *arg) {
     struct delayq_task *t = arg;
     struct delayq_worker *w = t->w;
     delayq *dq = delayq_connect(&w->conn);
     pthread_mutex_lock(&w->mu);
     for (;;) {
-        while (t->state != S_QUEUED && !w->exiting) pthread_cond_wait(&w->cv_work, &w->mu);
+        while (t->state != S_QUEUED && !w->exiting) pthread_cond_wait(&t->cv, &w->mu);
         if (t->state != S_QUEUED) break;
         t->state = S_RUNNING;
         pthread_mutex_unlock(&w->mu);
@@ -244,21 +306,31 @@ static void *handler_main(void *arg) {
         bool abandoned = t->state == S_ABANDONED;
         bool timed_out = t->timed_out;
         if (!abandoned) t->state = S_FINISHING;
+        if (!abandoned && res == DELAYQ_DONE && !timed_out) {
+            w->done[w->ndone++] = t->index; /* the acker frees the slot */
+            if (!w->acking) {
+                w->acking = true;
+                while (w->ndone > 0) {
+                    int n = w->ndone;
+                    memcpy(w->ack_slots, w->done, (size_t)n * sizeof *w->done);
+                    w->ndone = 0;
+                    pthread_mutex_unlock(&w->mu);
+                    ack_batch(w, dq, w->ack_slots, n);
+                    pthread_mutex_lock(&w->mu);
+                }
+                w->acking = false;
+            }
+            continue;
+        }
         pthread_mutex_unlock(&w->mu);
 
-        if (!abandoned && dq) {
-            if (res == DELAYQ_DONE && !timed_out) {
-                int err = answer(w, dq, &t->job, true, 0, NULL);
-                if (!err && w->o.on_success) w->o.on_success(&t->job, w->o.arg);
-                else if (err && w->o.on_retry) w->o.on_retry(&t->job, err, w->o.arg);
-            } else {
-                enum delayq_state st = DELAYQ_UNKNOWN;
-                int err = answer(w, dq, &t->job, false, timed_out ? -1 : t->retry_delay, &st);
-                if (st == DELAYQ_DEAD) {
-                    if (w->o.on_dead) w->o.on_dead(&t->job, err, w->o.arg);
-                } else if (w->o.on_retry) {
-                    w->o.on_retry(&t->job, err, w->o.arg);
-                }
+        if (!abandoned && dq) { /* a failure or a timeout: NACK */
+            enum delayq_state st = DELAYQ_UNKNOWN;
+            int err = nack(w, dq, &t->job, timed_out ? -1 : t->retry_delay, &st);
+            if (st == DELAYQ_DEAD) {
+                if (w->o.on_dead) w->o.on_dead(&t->job, err, w->o.arg);
+            } else if (w->o.on_retry) {
+                w->o.on_retry(&t->job, err, w->o.arg);
             }
         }
         pthread_mutex_lock(&w->mu);
@@ -351,7 +423,7 @@ static void *heartbeat_main(void *arg) {
 static void hand_back(struct delayq_worker *w, delayq *dq, struct delayq_job *jobs,
                       size_t n) {
     for (size_t i = 0; i < n; i++)
-        if (answer(w, dq, &jobs[i], false, 0, NULL) && delayq_err(dq) != DELAYQ_E_NOTRESERVED)
+        if (nack(w, dq, &jobs[i], 0, NULL) && delayq_err(dq) != DELAYQ_E_NOTRESERVED)
             wlog(w, "handing a job back", dq);
 }
 
@@ -449,14 +521,13 @@ int delayq_worker_run(delayq_worker *w) {
             w->nfree--;
         }
         free(jobs); /* the strings now belong to the slots */
-        if (n) {
-            pthread_cond_broadcast(&w->cv_work);
-            pthread_cond_signal(&w->cv_hb);
-        }
+        for (int s = 0; n && s < w->n; s++)
+            if (w->slots[s].state == S_QUEUED) pthread_cond_signal(&w->slots[s].cv);
+        if (n) pthread_cond_signal(&w->cv_hb);
     }
     stop_phase(w, dq);
     w->exiting = true;
-    pthread_cond_broadcast(&w->cv_work);
+    for (int i = 0; i < w->n; i++) pthread_cond_signal(&w->slots[i].cv);
     pthread_cond_broadcast(&w->cv_hb);
     pthread_mutex_unlock(&w->mu);
     for (int i = 0; i < w->n; i++) pthread_join(w->slots[i].thread, NULL);
