@@ -347,6 +347,18 @@ static int check_names(delayq *dq, const char *topic, const char *id) {
     return DELAYQ_OK;
 }
 
+/* Checks the names and starts `verb topic [id]` in a; DELAYQ_ERR with the
+ * error set on a missing name. */
+static int start_cmd(delayq *dq, struct argv *a, const char *verb, const char *topic,
+                     const char *id, bool with_id) {
+    if (check_names(dq, topic, with_id ? (id ? id : "") : NULL) != DELAYQ_OK) return DELAYQ_ERR;
+    av_init(a);
+    av_add(a, verb);
+    av_add(a, topic);
+    if (with_id) av_add(a, id);
+    return DELAYQ_OK;
+}
+
 /* ---- jobs ----------------------------------------------------------------- */
 
 static const char *const state_names[] = {"unknown", "delayed", "ready", "reserved",
@@ -391,14 +403,10 @@ int delayq_add(delayq *dq, const char *topic, const char *id, const void *body,
                size_t body_len, const struct delayq_add_opts *opts, char **id_out) {
     static const struct delayq_add_opts none = DELAYQ_ADD_OPTS_INIT;
     const struct delayq_add_opts *o = opts ? opts : &none;
-    if (check_names(dq, topic, id ? id : "") != DELAYQ_OK) return DELAYQ_ERR;
     if (o->delay_ms >= 0 && o->at_ms >= 0)
         return fail(dq, DELAYQ_E_ARG, "give delay_ms or at_ms, not both");
     struct argv a;
-    av_init(&a);
-    av_add(&a, "ADD");
-    av_add(&a, topic);
-    av_add(&a, id);
+    if (start_cmd(dq, &a, "ADD", topic, id, true) != DELAYQ_OK) return DELAYQ_ERR;
     av_addn(&a, body ? body : "", body ? body_len : 0);
     if (o->delay_ms >= 0) av_addll(&a, "DELAY", o->delay_ms);
     if (o->at_ms >= 0) av_addll(&a, "AT", o->at_ms);
@@ -459,12 +467,8 @@ static int job_from_pairs(delayq *dq, const redisReply *r, struct delayq_job *j)
 
 int delayq_get(delayq *dq, const char *topic, const char *id, struct delayq_job **job) {
     *job = NULL;
-    if (check_names(dq, topic, id ? id : "") != DELAYQ_OK) return DELAYQ_ERR;
     struct argv a;
-    av_init(&a);
-    av_add(&a, "GET");
-    av_add(&a, topic);
-    av_add(&a, id);
+    if (start_cmd(dq, &a, "GET", topic, id, true) != DELAYQ_OK) return DELAYQ_ERR;
     redisReply *r = send_av(dq, &a, 0);
     if (!r) return DELAYQ_ERR;
     if (r->type == REDIS_REPLY_NIL) {
@@ -489,12 +493,9 @@ int delayq_get(delayq *dq, const char *topic, const char *id, struct delayq_job 
 
 static int ids_cmd(delayq *dq, const char *verb, const char *topic,
                    const char *const *ids, size_t n, int64_t *count) {
-    if (check_names(dq, topic, NULL) != DELAYQ_OK) return DELAYQ_ERR;
     if (n == 0) return fail(dq, DELAYQ_E_ARG, "%s needs at least one id", verb);
     struct argv a;
-    av_init(&a);
-    av_add(&a, verb);
-    av_add(&a, topic);
+    if (start_cmd(dq, &a, verb, topic, NULL, false) != DELAYQ_OK) return DELAYQ_ERR;
     for (size_t i = 0; i < n; i++) av_add(&a, ids[i]);
     return int_reply(dq, &a, verb, count);
 }
@@ -569,12 +570,8 @@ int delayq_reserve(delayq *dq, const char *const *topics, size_t ntopics,
 
 int delayq_nack(delayq *dq, const char *topic, const char *id, int64_t delay_ms,
                 enum delayq_state *state) {
-    if (check_names(dq, topic, id ? id : "") != DELAYQ_OK) return DELAYQ_ERR;
     struct argv a;
-    av_init(&a);
-    av_add(&a, "NACK");
-    av_add(&a, topic);
-    av_add(&a, id);
+    if (start_cmd(dq, &a, "NACK", topic, id, true) != DELAYQ_OK) return DELAYQ_ERR;
     if (delay_ms >= 0) av_addll(&a, "DELAY", delay_ms);
     redisReply *r = send_av(dq, &a, 0);
     if (!r) return DELAYQ_ERR;
@@ -586,32 +583,22 @@ int delayq_nack(delayq *dq, const char *topic, const char *id, int64_t delay_ms,
 
 int delayq_touch(delayq *dq, const char *topic, const char *id, int64_t ttr_ms,
                  int64_t *deadline) {
-    if (check_names(dq, topic, id ? id : "") != DELAYQ_OK) return DELAYQ_ERR;
     struct argv a;
-    av_init(&a);
-    av_add(&a, "TOUCH");
-    av_add(&a, topic);
-    av_add(&a, id);
+    if (start_cmd(dq, &a, "TOUCH", topic, id, true) != DELAYQ_OK) return DELAYQ_ERR;
     if (ttr_ms >= 0) av_addll(&a, "TTR", ttr_ms);
     return int_reply(dq, &a, "TOUCH", deadline);
 }
 
 int delayq_kick(delayq *dq, const char *topic, int64_t count, int64_t *kicked) {
-    if (check_names(dq, topic, NULL) != DELAYQ_OK) return DELAYQ_ERR;
     struct argv a;
-    av_init(&a);
-    av_add(&a, "KICK");
-    av_add(&a, topic);
+    if (start_cmd(dq, &a, "KICK", topic, NULL, false) != DELAYQ_OK) return DELAYQ_ERR;
     if (count >= 0) av_addll(&a, "COUNT", count);
     return int_reply(dq, &a, "KICK", kicked);
 }
 
 int delayq_purge(delayq *dq, const char *topic, int64_t *removed) {
-    if (check_names(dq, topic, NULL) != DELAYQ_OK) return DELAYQ_ERR;
     struct argv a;
-    av_init(&a);
-    av_add(&a, "PURGE");
-    av_add(&a, topic);
+    if (start_cmd(dq, &a, "PURGE", topic, NULL, false) != DELAYQ_OK) return DELAYQ_ERR;
     return int_reply(dq, &a, "PURGE", removed);
 }
 
@@ -638,12 +625,9 @@ int delayq_list(delayq *dq, const char *topic, const char *state, int64_t count,
     *ids = NULL;
     *n = 0;
     *next_cursor = NULL;
-    if (check_names(dq, topic, NULL) != DELAYQ_OK) return DELAYQ_ERR;
     if (!state || !*state) return fail(dq, DELAYQ_E_ARG, "missing state");
     struct argv a;
-    av_init(&a);
-    av_add(&a, "LIST");
-    av_add(&a, topic);
+    if (start_cmd(dq, &a, "LIST", topic, NULL, false) != DELAYQ_OK) return DELAYQ_ERR;
     av_add(&a, state);
     if (count > 0) av_addll(&a, "COUNT", count);
     if (cursor) av_add(&a, "CURSOR"), av_add(&a, cursor);

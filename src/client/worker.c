@@ -123,6 +123,20 @@ static void free_strings(char **v, size_t n) {
     free(v);
 }
 
+/* Frees a worker's memory (not its locks). Accepts NULL. */
+static void free_memory(struct delayq_worker *w) {
+    if (!w) return;
+    free_strings(w->topics, w->ntopics);
+    free(w->slots);
+    free(w->done);
+    free(w->ack_slots);
+    free(w->ack_ids);
+    free(w->ack_sent);
+    free(w->host);
+    free(w->password);
+    free(w);
+}
+
 delayq_worker *delayq_worker_new(const struct delayq_options *conn,
                                  const struct delayq_worker_opts *opts,
                                  const char **errstr) {
@@ -180,17 +194,7 @@ delayq_worker *delayq_worker_new(const struct delayq_options *conn,
     pthread_condattr_destroy(&ca);
     return w;
 oom:
-    if (w) {
-        free_strings(w->topics, w->ntopics);
-        free(w->slots);
-        free(w->done);
-        free(w->ack_slots);
-        free(w->ack_ids);
-        free(w->ack_sent);
-        free(w->host);
-        free(w->password);
-        free(w);
-    }
+    free_memory(w);
     if (errstr) *errstr = "out of memory";
     return NULL;
 }
@@ -212,15 +216,7 @@ void delayq_worker_free(delayq_worker *w) {
     pthread_cond_destroy(&w->cv_main);
     pthread_cond_destroy(&w->cv_hb);
     for (int i = 0; i < w->n; i++) pthread_cond_destroy(&w->slots[i].cv);
-    free_strings(w->topics, w->ntopics);
-    free(w->slots);
-    free(w->done);
-    free(w->ack_slots);
-    free(w->ack_ids);
-    free(w->ack_sent);
-    free(w->host);
-    free(w->password);
-    free(w);
+    free_memory(w);
 }
 
 /* ---- answering the server --------------------------------------------- */

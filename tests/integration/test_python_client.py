@@ -100,6 +100,8 @@ def test_list_stats_topics_delete_purge(q):
     assert q.purge("l") == 23
     assert q.stats("l").jobs_ready == 0
     assert q.ping()
+    info = q.info()
+    assert isinstance(info, dict) and info
 
 
 def test_auth(make_server):

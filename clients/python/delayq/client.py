@@ -346,3 +346,23 @@ class Client:
 
     def ping(self) -> bool:
         return bool(self._call("PING"))
+
+    def info(self, section: Optional[str] = None) -> dict:
+        """INFO as a dict of its "key:value" lines; whole numbers become ints."""
+        pool = self.redis.connection_pool
+        conn = pool.get_connection("INFO")
+        try:  # past redis-py's INFO parser, which expects Redis's own fields
+            conn.send_command("INFO", *([section] if section else []))
+            text = _s(conn.read_response())
+        except redis.RedisError as e:
+            if isinstance(e, (redis.ConnectionError, redis.TimeoutError)):
+                conn.disconnect()
+            raise _error(e) from None
+        finally:
+            pool.release(conn)
+        out = {}
+        for line in text.splitlines():
+            key, sep, value = line.partition(":")
+            if sep and key and not key.startswith("#"):
+                out[key] = int(value) if value.lstrip("-").isdigit() else value
+        return out
