@@ -17,6 +17,8 @@
  * passed in are NUL-terminated, except bodies, which come with a length.
  *
  * A context is not thread-safe: use one per thread (the worker does).
+ * Writing to a connection the server closed raises SIGPIPE: programs that
+ * must survive that ignore it (signal(SIGPIPE, SIG_IGN)).
  */
 #ifndef DELAYQ_H
 #define DELAYQ_H

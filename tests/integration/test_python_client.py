@@ -189,14 +189,14 @@ def test_worker_topics_hooks_and_free_slots(q):
 
 
 def test_worker_heartbeat_keeps_a_long_job(q):
-    q.add("hb", "long", b"", ttr=dt.timedelta(seconds=1))
+    q.add("hb", "long", b"", ttr=dt.timedelta(seconds=2))  # TOUCHed every ~0.67 s
     runs = []
     w = Worker(q, concurrency=2, poll=100)
 
     @w.handler("hb")
     def slow(job):
         runs.append(job.attempts)
-        time.sleep(2.5)  # the work itself: longer than the lease, on purpose
+        time.sleep(4.5)  # the work itself: longer than the lease, on purpose
 
     th = start(w)
     assert wait_until(lambda: q.stats("hb").acked == 1, timeout=20)

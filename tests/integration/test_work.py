@@ -165,10 +165,10 @@ def test_hanging_command_is_killed_at_the_timeout_and_retried(server, c, work, t
 
 def test_command_longer_than_ttr_is_not_delivered_twice(server, c, work, tmp_path):
     d = str(tmp_path)
-    c.call("ADD", "q", "long", "x", "TTR", 1000)
+    c.call("ADD", "q", "long", "x", "TTR", 2000)  # TOUCHed every ~0.67 s: 1.3 s of slack
     # two slots: a redelivery would have somewhere to run
     w = work("--topic", "q", "-c", "2",
-             cmd=sh('echo "$DELAYQ_ATTEMPT" >> "$DIR/runs"; sleep 3.5'), env={"DIR": d})
+             cmd=sh('echo "$DELAYQ_ATTEMPT" >> "$DIR/runs"; sleep 4.5'), env={"DIR": d})
     assert wait_until(lambda: stats(c, "q")["acked"] == 1, timeout=30), w.err()
     assert lines_of(os.path.join(d, "runs")) == ["1"]
     s = stats(c, "q")

@@ -498,9 +498,9 @@ static void test_worker_heartbeat_keeps_the_lease(void **state) {
     struct server *s = *state;
     delayq *dq = connect_to(s);
     struct delayq_add_opts o = DELAYQ_ADD_OPTS_INIT;
-    o.ttr_ms = 1000;
+    o.ttr_ms = 2000; /* TOUCHed every ~0.67 s: 1.3 s of slack on a loaded machine */
     assert_int_equal(delayq_add(dq, "t-hb", "long", "ok", 2, &o, NULL), DELAYQ_OK);
-    struct wt x = {.hold_ms = 2500};
+    struct wt x = {.hold_ms = 4500};
     pthread_t th;
     wt_start(&x, s, "t-hb", 2, 0, 30000, &th);
     wt_wait(&x, &x.success, 1);
