@@ -138,9 +138,12 @@ def test_failures_retry_with_backoff_then_dead(server, c, work, tmp_path):
         for a, b in zip(times, times[1:]):
             assert b - a >= 290, (jid, times)  # not before the backoff
         assert job(c, "q", jid)["attempts"] == 3
+    # the hooks' lines follow the server's answer
+    assert wait_until(lambda: "[q/tempfail] dead" in w.err() and "[q/other] dead" in w.err(),
+                      timeout=10), w.err()
     err = w.err()
     assert "[q/tempfail] exit 75" in err and "[q/other] exit 3" in err
-    assert err.count("[q/tempfail] retry") == 2 and "[q/tempfail] dead" in err, err
+    assert err.count("[q/tempfail] retry") == 2 and err.count("[q/other] retry") == 2, err
     assert stats(c, "q")["acked"] == 0
     assert w.stop() == 0
 
@@ -160,6 +163,23 @@ def test_hanging_command_is_killed_at_the_timeout_and_retried(server, c, work, t
     assert "[q/hang] killed by signal 15" in err
     # killed and handed back, not left to the 30 s lease
     assert stats(c, "q")["expired"] == 0 and stats(c, "q")["nacked"] == 2
+    assert w.stop() == 0
+
+
+def test_command_ignoring_sigterm_is_killed(server, c, work, tmp_path):
+    d = str(tmp_path)
+    c.call("ADD", "q", "stubborn", "x", "RETRIES", 0)
+    w = work("--topic", "q", "--timeout", "300ms", "--kill-after", "300ms",
+             cmd=sh('trap "" TERM; echo started >> "$DIR/start"; '
+                    'while :; do sleep 0.05; done'), env={"DIR": d})
+    assert wait_until(lambda: (job(c, "q", "stubborn") or {}).get("state") == b"dead",
+                      timeout=30), w.err()
+    assert wait_until(lambda: "[q/stubborn] dead" in w.err(), timeout=10), w.err()
+    err = w.err()
+    assert "[q/stubborn] cancelled (timeout or stop): SIGTERM" in err
+    assert "[q/stubborn] still running: SIGKILL" in err
+    assert "[q/stubborn] killed by signal 9" in err, err
+    assert lines_of(os.path.join(d, "start")) == ["started"]
     assert w.stop() == 0
 
 
