@@ -41,7 +41,7 @@ struct delayq_task {
     enum slot_state state;
     unsigned gen;          /* bumped at each dispatch */
     struct delayq_job job; /* owned while not FREE */
-    int64_t started;       /* monotonic ms */
+    int64_t started;       /* monotonic ms, when the handler began */
     int64_t next_touch;    /* monotonic ms */
     int64_t retry_delay;   /* -1 = backoff */
     bool timed_out;
@@ -294,6 +294,8 @@ static void *handler_main(void *arg) {
         while (t->state != S_QUEUED && !w->exiting) pthread_cond_wait(&t->cv, &w->mu);
         if (t->state != S_QUEUED) break;
         t->state = S_RUNNING;
+        t->started = mono_ms(); /* the timeout counts from here */
+        if (w->timeout_ms > 0) pthread_cond_signal(&w->cv_hb); /* to time it */
         pthread_mutex_unlock(&w->mu);
 
         enum delayq_result res = w->o.handler(t, w->o.arg);
@@ -366,7 +368,8 @@ static void *heartbeat_main(void *arg) {
         for (int i = 0; i < w->n; i++) {
             struct delayq_task *t = &w->slots[i];
             if ((t->state != S_RUNNING && t->state != S_QUEUED) || t->timed_out) continue;
-            if (w->timeout_ms > 0 && now >= t->started + w->timeout_ms) {
+            bool timed = w->timeout_ms > 0 && t->state == S_RUNNING;
+            if (timed && now >= t->started + w->timeout_ms) {
                 t->timed_out = true; /* no more TOUCH: the lease runs out */
                 atomic_store(&t->cancelled, 1);
                 if (w->o.on_cancel) w->o.on_cancel(t, w->o.arg);
@@ -383,7 +386,7 @@ static void *heartbeat_main(void *arg) {
                 t->next_touch = now + MIN_TOUCH_MS * 10; /* until the reply says */
             }
             if (t->next_touch < wake) wake = t->next_touch;
-            if (w->timeout_ms > 0 && t->started + w->timeout_ms < wake)
+            if (timed && t->started + w->timeout_ms < wake)
                 wake = t->started + w->timeout_ms;
         }
         if (ntodo == 0) {
@@ -502,13 +505,11 @@ int delayq_worker_run(delayq_worker *w) {
             pthread_mutex_lock(&w->mu);
             break;
         }
-        int64_t now = mono_ms();
         for (size_t i = 0, s = 0; i < n; i++) {
             while (w->slots[s].state != S_FREE) s++; /* n <= nfree */
             struct delayq_task *t = &w->slots[s];
             t->job = jobs[i];
             t->gen++;
-            t->started = now;
             t->next_touch = next_touch(w, jobs[i].deadline);
             t->retry_delay = -1;
             t->timed_out = false;

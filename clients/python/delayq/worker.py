@@ -212,6 +212,8 @@ class Worker:
                 if not task:
                     return
                 task.state = "running"
+                task.started = time.monotonic()  # the timeout counts from here
+                self._cv.notify_all()  # the heartbeat times it
             self._run_task(task)
             with self._cv:
                 self._tasks.remove(task)
@@ -260,7 +262,8 @@ class Worker:
                 for t in self._tasks:
                     if t.state not in ("queued", "running") or t.timed_out:
                         continue
-                    if self.timeout is not None and now >= t.started + self.timeout:
+                    timed = self.timeout is not None and t.state == "running"
+                    if timed and now >= t.started + self.timeout:
                         t.timed_out = True
                         t.cancelled.set()
                         continue
@@ -268,7 +271,7 @@ class Worker:
                         todo.append(t)
                         t.next_touch = now + 0.1  # until the reply says
                     wake = min(wake, t.next_touch)
-                    if self.timeout is not None:
+                    if timed:
                         wake = min(wake, t.started + self.timeout)
                 if not todo:
                     self._cv.wait(timeout=max(0.0, wake - now))
