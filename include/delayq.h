@@ -37,7 +37,10 @@ enum delayq_error {
     DELAYQ_E_NONE = 0,
     /* client side */
     DELAYQ_E_IO,          /* cannot connect, connection lost or closed */
-    DELAYQ_E_TIMEOUT,     /* the connect or read timeout passed */
+    DELAYQ_E_TIMEOUT,     /* the connect or read timeout passed, or the server
+                             answered TIMEOUT (a change sent to its store was not
+                             confirmed). Either way a change may or may not have
+                             been made: see docs/protocol.md for what to retry */
     DELAYQ_E_PROTOCOL,    /* a reply of an unexpected shape */
     DELAYQ_E_NOMEM,       /* out of memory */
     DELAYQ_E_ARG,         /* a bad argument, caught before sending */

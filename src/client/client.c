@@ -78,6 +78,7 @@ static int fail(delayq *dq, int code, const char *fmt, ...) {
 static int server_code(const char *s, size_t n) {
     size_t w = 0;
     while (w < n && s[w] != ' ') w++;
+    if (w == 7 && strncmp(s, "TIMEOUT", 7) == 0) return DELAYQ_E_TIMEOUT;
     for (int i = DELAYQ_E_SERVER; i < DELAYQ_E_OTHER; i++)
         if (strlen(error_names[i]) == w && strncmp(s, error_names[i], w) == 0) return i;
     return DELAYQ_E_OTHER;

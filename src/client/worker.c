@@ -221,14 +221,19 @@ void delayq_worker_free(delayq_worker *w) {
 
 /* ---- answering the server --------------------------------------------- */
 
-/* NACK, tried a second time after an I/O error (safe: a repeated NACK gets
- * NOTRESERVED). Returns 0 or the error code. */
+/* Errors after which an ACK or NACK is worth sending once more. */
+static bool retryable(int err) {
+    return err == DELAYQ_E_IO || err == DELAYQ_E_TIMEOUT || err == DELAYQ_E_UNAVAILABLE;
+}
+
+/* NACK, tried a second time after an I/O error, TIMEOUT or UNAVAILABLE
+ * (safe: a repeated NACK gets NOTRESERVED). Returns 0 or the error code. */
 static int nack(struct delayq_worker *w, delayq *dq, const struct delayq_job *j,
                 int64_t delay, enum delayq_state *state) {
     for (int attempt = 0; attempt < 2; attempt++) {
         if (delayq_nack(dq, j->topic, j->id, delay, state) == DELAYQ_OK) return 0;
         int err = delayq_err(dq);
-        if (err != DELAYQ_E_IO && err != DELAYQ_E_TIMEOUT) return err;
+        if (!retryable(err)) return err;
         wlog(w, "NACK", dq);
     }
     return delayq_err(dq);
@@ -257,14 +262,14 @@ static void ack_batch(struct delayq_worker *w, delayq *dq, const int *done, int 
         for (int m = i; m < n; m++)
             if (!sent[m] && strcmp(w->slots[done[m]].job.topic, topic) == 0)
                 ids[k++] = w->slots[done[m]].job.id;
-        int err = 0; /* ACK is idempotent: tried a second time after an I/O error */
+        int err = 0; /* ACK is idempotent: tried once more after a retryable error */
         for (int attempt = 0; attempt < 2; attempt++) {
             if (dq && delayq_ack(dq, topic, ids, (size_t)k, NULL) == DELAYQ_OK) {
                 err = 0;
                 break;
             }
             err = dq ? delayq_err(dq) : DELAYQ_E_NOMEM;
-            if (err != DELAYQ_E_IO && err != DELAYQ_E_TIMEOUT) break;
+            if (!retryable(err)) break;
             wlog(w, "ACK", dq);
         }
         for (int m = i; m < n; m++) {

@@ -72,12 +72,14 @@ class ConnectionFailed(DelayqError):
 
 
 class Timeout(DelayqError):
+    """No reply in time, or the server's TIMEOUT: a change may or may not have been made."""
     code = "TIMEOUT"
 
 
 _BY_CODE = {c.code: c for c in (ExistsError, BusyError, NotReservedError, FullError, TooBigError,
                                  AuthError, UnavailableError, StoreIOError)}
 _BY_CODE["WRONGPASS"] = AuthError
+_BY_CODE["TIMEOUT"] = Timeout  # sent to the store, not confirmed: may or may not have been made
 
 
 def _error(e):
