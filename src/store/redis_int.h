@@ -181,7 +181,7 @@ struct builder {
     /* Units merge: consecutive single-shard RESERVEs of one shard become
      * one script request for all their jobs (a request costs the script
      * ~4 us of Lua whatever its COUNT), handed back in unit order; so do
-     * single-shard ACKs (and DELs), each still told its own count. */
+     * ACKs (and DELs) and ADDs, each still told its own result. */
     size_t nreq;              /* script requests */
     struct umap *um;          /* per unit (ucap of them) */
     bool merge_open;          /* the last request may take more units */
@@ -194,11 +194,17 @@ struct builder {
     uint64_t merge_m;         /* del/ack: requests merged */
 };
 
+/* How a unit's result is laid out in its request's: its own (a RESERVE
+ * takes its share of the jobs), or one count among those of merged
+ * ACKs/DELs (code, sum, counts...), or one pair among those of merged ADDs
+ * (code, then code and new per add). */
+enum { UM_PLAIN, UM_DELS, UM_ADDS };
+
 /* Where a unit's result is in the call's reply. */
 struct umap {
     uint32_t req;             /* the script request */
-    uint32_t sub;             /* del/ack merged: its place in the request */
-    bool merged;              /* del/ack in the merged form */
+    uint32_t sub;             /* merged: its place in the request */
+    uint8_t form;             /* UM_PLAIN, UM_DELS, UM_ADDS */
     uint64_t want;            /* reserve: jobs it asked for */
 };
 

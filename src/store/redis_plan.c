@@ -353,17 +353,19 @@ static void builder_add(struct dq_store *s, struct builder *b, struct unit *u,
         b->um = xrealloc(b->um, b->ucap * sizeof *b->um);
     }
     bool dels = (rq->op == OP_ACK || rq->op == OP_DEL) && u->ng == 1;
-    bool mergeable = (rq->op == OP_RESERVE && u->ng == 1) || dels;
+    bool adds = rq->op == OP_ADD && u->ng == 1;
+    bool mergeable = (rq->op == OP_RESERVE && u->ng == 1) || dels || adds;
     struct umap *m = &b->um[b->nu];
     memset(m, 0, sizeof *m);
     if (rq->op == OP_RESERVE) b->njobs += rq->count;
     m->want = rq->count;
-    m->merged = dels;
+    m->form = dels ? UM_DELS : adds ? UM_ADDS : UM_PLAIN;
     if (mergeable && b->merge_open && b->merge_op == rq->op && b->merge_gi == gi[0]) {
-        if (dels) { /* its n and ids join the last request's */
+        if (dels || adds) { /* its arguments join the last request's */
+            size_t skip = dels ? MODE_BYTES : 0;
             s->scratch.len = 0;
-            size_t na = unit_args(u, &s->scratch, now) - 1;
-            buf_append(&b->reqs, s->scratch.p + MODE_BYTES, s->scratch.len - MODE_BYTES);
+            size_t na = unit_args(u, &s->scratch, now) - (dels ? 1 : 0);
+            buf_append(&b->reqs, s->scratch.p + skip, s->scratch.len - skip);
             b->nargs += na;
             b->merge_count += na;
             patch10(&b->reqs, b->merge_off, b->merge_count);
@@ -377,11 +379,20 @@ static void builder_add(struct dq_store *s, struct builder *b, struct unit *u,
         b->units[b->nu++] = u;
         return;
     }
-    arg_cstr(&b->reqs, OPS[rq->op].lua);
+    arg_cstr(&b->reqs, adds ? "adds" : OPS[rq->op].lua);
     arg_int(&b->reqs, (int64_t)u->ng);
     for (size_t i = 0; i < u->ng; i++) arg_int(&b->reqs, gi[i] + 1);
     size_t na;
-    if (dels) { /* nargs and the count of requests in a fixed width */
+    if (adds) { /* nargs and the count of adds in a fixed width */
+        s->scratch.len = 0;
+        size_t una = unit_args(u, &s->scratch, now);
+        na = una + 1; /* m, then id record due member flags per add */
+        b->merge_off = put10(&b->reqs, na);
+        b->merge_m_off = put10(&b->reqs, 1);
+        buf_append(&b->reqs, s->scratch.p, s->scratch.len);
+        b->merge_count = na;
+        b->merge_m = 1;
+    } else if (dels) { /* nargs and the count of requests in a fixed width */
         s->scratch.len = 0;
         size_t una = unit_args(u, &s->scratch, now);
         na = una + 1; /* mode, m, then n ids... */

@@ -319,7 +319,12 @@ void rs_script_cb(void *pd, redisReply *r, const char *err, bool sent) {
                 redisReply sub = {.type = REDIS_REPLY_ARRAY, .elements = 1 + 3 * k,
                                   .element = tmp};
                 unit_result(u, &sub);
-            } else if (m->merged && v->elements >= 3 + (size_t)m->sub) {
+            } else if (m->form == UM_ADDS && v->elements >= 3 + 2 * (size_t)m->sub) {
+                /* adds merged: code, then code and new per add */
+                redisReply sub = {.type = REDIS_REPLY_ARRAY, .elements = 2,
+                                  .element = v->element + 1 + 2 * m->sub};
+                unit_result(u, &sub);
+            } else if (m->form == UM_DELS && v->elements >= 3 + (size_t)m->sub) {
                 /* del/ack merged: code, sum, then each one's count */
                 tmp[0] = v->element[0];
                 tmp[1] = v->element[2 + m->sub];

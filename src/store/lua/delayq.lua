@@ -460,6 +460,24 @@ OPS.add = function(gs, a, rt)
   queue(g, 'add', {ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], rt})
 end
 
+-- adds: m, then m x (id record due member flags): m adds on one group,
+-- merged by the caller -> code, then per add: its code, 1 if the id was new
+OPS.adds = function(gs, a, rt)
+  local g = gs[1]
+  if not g.o then open(g, g.cf ~= '1') end
+  local m = tonumber(ARGV[a])
+  local pairs_ = {}
+  local p = a + 1
+  for e = 1, m do
+    local sub = {OK, 0}
+    pairs_[e] = sub
+    queue(g, 'add', {ARGV[p], ARGV[p + 1], ARGV[p + 2], ARGV[p + 3], ARGV[p + 4], sub})
+    p = p + 5
+  end
+  rt[1] = OK
+  rt.pairs = pairs_
+end
+
 -- del / ack: mode ('ack' or 'del'), then per group: n ids... -> code, how
 -- many existed; or mode 'ack*' / 'del*' (below)
 OPS.del = function(gs, a, rt)
@@ -811,6 +829,11 @@ for r = 1, R do
     for i, sub in ipairs(rt.subs) do
       rt[2] = rt[2] + sub[2]
       rt[2 + i] = sub[2]
+    end
+  elseif rt.pairs then
+    for i, sub in ipairs(rt.pairs) do
+      rt[2 * i] = sub[1]
+      rt[2 * i + 1] = sub[2]
     end
   end
   local k = #rt
