@@ -983,8 +983,10 @@ void engine_expect(struct engine *e, struct dq_str topic) {
 static void expect_cb(void *ud, struct hnode *n) {
     struct topic *t = topic_of_h(n);
     if (t->expect) htab_reserve(&t->jobs, htab_count(&t->jobs) + t->expect);
+    /* far tables at two per bucket, as they grow while serving: their
+     * buckets are a fifth of a far job's memory */
     if (t->expect_far)
-        htab_reserve(&t->far, htab_count(&t->far) + t->expect_far);
+        htab_reserve(&t->far, (htab_count(&t->far) + t->expect_far + 1) / 2);
     t->expect = t->expect_far = 0;
 }
 
