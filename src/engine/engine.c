@@ -39,6 +39,7 @@
 #define JOBS_SIZE 4    /* initial buckets of a topic's id table */
 #define PREFETCH_MAX 64   /* keys one engine_prefetch call looks at */
 #define PREFETCH_DEPTH 2  /* chain nodes it loads after the bucket */
+#define PURGE_NOW 4096    /* a PURGE of more jobs frees them later */
 
 struct topic;
 
@@ -91,6 +92,9 @@ struct topic {
     uint64_t expect_far;        /* engine_expect_far: far jobs announced */
     struct topic *touched_next; /* engine_advance: topics that gained ready */
     bool touched;
+    bool purged;                /* a grave: its jobs are being freed */
+    struct topic *grave_next;
+    uint64_t reap_pos;          /* htab_drain's position */
     uint8_t name_len;
     char name[];
 };
@@ -107,6 +111,7 @@ struct engine {
     struct htab topics;
     struct topic *last; /* the topic found last (most calls repeat it) */
     struct wheel_node idle; /* topics without jobs, oldest first */
+    struct topic *graves;   /* purged topics whose jobs are freed bit by bit */
     uint64_t nidle;
     struct wheel wheel;
 };
@@ -405,7 +410,7 @@ static void unplace(struct engine *e, struct job *j) {
         list_unlink(&j->node);
     if (j->state == DQ_READY && j->push) j->topic->npush--;
     j->topic->st.jobs[j->state]--;
-    e->st.jobs[j->state]--;
+    if (!j->topic->purged) e->st.jobs[j->state]--;
 }
 
 /* A job of topic t; url.len 0 = not a push job (no tail). */
@@ -513,6 +518,11 @@ void engine_free(struct engine *e) {
     if (!e) return;
     htab_foreach(&e->topics, free_topic_cb, e);
     htab_destroy(&e->topics);
+    while (e->graves) {
+        struct topic *g = e->graves;
+        e->graves = g->grave_next;
+        free_topic_cb(e, &g->hnode);
+    }
     slab_destroy(&e->stubs);
     slab_destroy(&e->jobs);
     dq_free(e);
@@ -865,9 +875,88 @@ static void purge_far_cb(void *ud, struct hnode *n) {
     slab_free(&e->stubs, f);
 }
 
+/* PURGE of a big topic: the topic becomes a grave, out of the topic table,
+ * under a fresh topic of the same name that keeps its counters; its jobs
+ * stop counting at once and are freed by engine_reap, a slice at a time
+ * (a job of it that the wheel hands out meanwhile is freed there). */
+static int64_t purge_later(struct engine *e, struct topic *t) {
+    struct dq_str name = topic_name(t);
+    uint64_t nfar = htab_count(&t->far), n = topic_count(t);
+    htab_remove(&e->topics, &t->hnode, t->hash);
+    if (e->last == t) e->last = NULL;
+    struct topic *nt = topic_create(e, name);
+    if (!nt) { /* cannot defer: do it now */
+        htab_insert(&e->topics, &t->hnode, t->hash);
+        return -1;
+    }
+    nt->st = t->st;
+    memset(nt->st.jobs, 0, sizeof nt->st.jobs);
+    nt->st.deleted += n;
+    for (int k = 0; k < DQ_NSTATES; k++) e->st.jobs[k] -= t->st.jobs[k];
+    e->count -= n;
+    e->nfar -= nfar;
+    e->st.deleted += n;
+    if (!list_empty(&t->idle)) {
+        list_unlink(&t->idle);
+        list_init(&t->idle);
+        e->nidle--;
+    }
+    t->purged = true;
+    t->reap_pos = 0;
+    t->grave_next = e->graves;
+    e->graves = t;
+    topic_free_if_empty(e, nt);
+    return (int64_t)n;
+}
+
+static void reap_job_cb(void *ud, struct hnode *n) {
+    struct engine *e = ud;
+    struct job *j = job_of_h(n);
+    unplace(e, j);
+    job_free(e, j);
+}
+
+static void reap_stub_cb(void *ud, struct hnode *n) {
+    struct engine *e = ud;
+    struct stub *f = stub_of_h(n);
+    if (e->hooks.on_far_drop) e->hooks.on_far_drop(e->hooks.ud, stub_ref(f));
+    slab_free(&e->stubs, f);
+}
+
+bool engine_reap(struct engine *e, uint32_t budget) {
+    uint64_t visits = budget;
+    while (e->graves && visits > 0) {
+        struct topic *g = e->graves;
+        bool far = htab_count(&g->far) > 0;
+        if (far || htab_count(&g->jobs)) {
+            uint64_t left = far ? htab_drain(&g->far, &g->reap_pos, &visits,
+                                             reap_stub_cb, e)
+                                : htab_drain(&g->jobs, &g->reap_pos, &visits,
+                                             reap_job_cb, e);
+            if (far && left == 0) g->reap_pos = 0; /* the jobs next */
+            if (left) continue;
+            if (far) continue;
+        }
+        e->graves = g->grave_next;
+        htab_destroy(&g->jobs);
+        htab_destroy(&g->far);
+        dq_free(g);
+    }
+    return e->graves != NULL;
+}
+
+uint64_t engine_give_back(struct engine *e, uint64_t max) {
+    uint64_t left = slab_release(&e->jobs, max);
+    return left + slab_release(&e->stubs, max);
+}
+
 int64_t engine_purge(struct engine *e, struct dq_str topic) {
     struct topic *t = topic_get(e, topic);
     if (!t) return 0;
+    if (topic_count(t) > PURGE_NOW) {
+        int64_t n = purge_later(e, t);
+        if (n >= 0) return n;
+    }
     uint64_t nfar = htab_count(&t->far);
     if (nfar) {
         htab_foreach(&t->far, purge_far_cb, e);
@@ -1053,8 +1142,10 @@ void engine_expect(struct engine *e, struct dq_str topic) {
 static void expect_cb(void *ud, struct hnode *n) {
     struct topic *t = topic_of_h(n);
     if (t->expect) htab_reserve(&t->jobs, htab_count(&t->jobs) + t->expect);
+    /* far tables at two per bucket, as they grow while serving: their
+     * buckets are a fifth of a far job's memory */
     if (t->expect_far)
-        htab_reserve(&t->far, htab_count(&t->far) + t->expect_far);
+        htab_reserve(&t->far, (htab_count(&t->far) + t->expect_far + 1) / 2);
     t->expect = t->expect_far = 0;
 }
 
@@ -1094,6 +1185,13 @@ bool engine_advance(struct engine *e, int64_t now, uint32_t budget) {
         n++;
         struct job *j = job_of(node);
         struct topic *t = j->topic;
+        if (t->purged) { /* purged: engine_reap frees it, off the wheel */
+            unplace(e, j);
+            j->state = DQ_DEAD;
+            list_append(&t->dead, &j->node);
+            t->st.jobs[DQ_DEAD]++;
+            continue;
+        }
         bool lease = j->state == DQ_RESERVED;
         unplace(e, j);
         bool dead = lease && j->attempts > j->retries;

@@ -174,7 +174,9 @@ int64_t engine_kick(struct engine *e, int64_t now, struct dq_str topic,
                     uint64_t count);
 
 /* PURGE: removes every job of the topic (its counters stay, see
- * engine_stats). Returns how many. */
+ * engine_stats). Returns how many. The jobs are gone at once for every
+ * call; of a topic with more than a few thousand, the memory is freed by
+ * engine_reap afterwards. */
 int64_t engine_purge(struct engine *e, struct dq_str topic);
 
 /* LIST, SCAN-style over the topic's id table (reverse-binary cursor, as
@@ -197,6 +199,14 @@ uint64_t engine_list(const struct engine *e, struct dq_str topic, int state,
 uint64_t engine_scan(const struct engine *e, struct dq_str topic,
                      uint32_t buckets, uint64_t cursor,
                      void (*fn)(void *ud, const struct dq_job *j), void *ud);
+
+/* Frees up to about `budget` jobs of purged topics. Returns true if some
+ * are left: call again soon (the embedded store does, between I/O). */
+bool engine_reap(struct engine *e, uint32_t budget);
+
+/* Gives back to the system up to `max` pages of memory that jobs no longer
+ * use (each costs tens of microseconds); returns how many still wait. */
+uint64_t engine_give_back(struct engine *e, uint64_t max);
 
 /* Counters and jobs per state, of one topic or (topic.len == 0) of all.
  * A topic keeps its counters after its last job goes while it is among the

@@ -116,9 +116,9 @@ void slab_free(struct slab *s, void *p) {
             return;
         }
         if (g->on_list) list_del(s, g);
-        UNPOISON(g, SLAB_PAGE); /* the range may be mapped again */
-        munmap(g, SLAB_PAGE);
-        s->pages--;
+        g->next = s->empty; /* unmapped by slab_release */
+        s->empty = g;
+        s->nempty++;
         return;
     }
     memcpy(p, &g->free, sizeof g->free);
@@ -127,7 +127,20 @@ void slab_free(struct slab *s, void *p) {
     if (!g->on_list) list_add(s, g);
 }
 
+uint64_t slab_release(struct slab *s, uint64_t max) {
+    while (s->empty && max-- > 0) {
+        struct slab_page *g = s->empty;
+        s->empty = g->next;
+        s->nempty--;
+        UNPOISON(g, SLAB_PAGE); /* the range may be mapped again */
+        munmap(g, SLAB_PAGE);
+        s->pages--;
+    }
+    return s->nempty;
+}
+
 void slab_destroy(struct slab *s) {
+    slab_release(s, UINT64_MAX);
     /* Full pages are on no list: they go as their objects are freed. */
     for (size_t c = 0; c <= SLAB_MAX / 8; c++) {
         struct slab_page *g = s->partial[c];

@@ -3,9 +3,10 @@
  * Objects are rounded up to a multiple of 8 bytes (no per-object header,
  * unlike malloc's 8 bytes and 16-byte rounding) and carved from aligned
  * pages of SLAB_PAGE bytes, one size per page. A page whose last object is
- * freed goes back to the operating system at once, so memory follows the
- * number of objects down as well as up (a PURGE of a million objects gives
- * their pages back; one page with room per size is kept for reuse).
+ * freed waits on a list; slab_release gives such pages back to the
+ * operating system a few at a time (unmapping one costs tens of
+ * microseconds), so memory follows the number of objects down as well as
+ * up without a long pause (one page with room per size is kept for reuse).
  *
  * Not thread-safe. Pages come from mmap; allocation failure returns NULL.
  */
@@ -24,6 +25,8 @@ struct slab {
     struct slab_page *partial[SLAB_MAX / 8 + 1]; /* pages with room, by size */
     uint64_t pages;   /* pages held */
     uint64_t objects; /* objects allocated */
+    struct slab_page *empty; /* emptied pages waiting for slab_release */
+    uint64_t nempty;
 };
 
 /* A zeroed struct slab is ready to use. */
@@ -34,6 +37,9 @@ void *slab_alloc(struct slab *s, size_t n);
 
 /* Frees an object from this slab. Accepts NULL. */
 void slab_free(struct slab *s, void *p);
+
+/* Unmaps up to `max` emptied pages; returns how many still wait. */
+uint64_t slab_release(struct slab *s, uint64_t max);
 
 /* Frees the pages left once every object was freed (a page with room is
  * kept for reuse); pages still full of objects are not known here: free the

@@ -100,6 +100,8 @@ struct dq_store {
     struct event *commit_ev;
     struct event *timer_ev;
     struct event *trim_ev;
+    struct event *reap_ev; /* frees purged jobs between I/O */
+    int64_t reap_us_max;   /* longest step */
     uint64_t trim_peak;  /* most jobs in RAM since the last trim */
     bool trim_armed;
     uint64_t trims;
@@ -216,6 +218,7 @@ static void fire(struct pending *p, char *base) {
 
 static void arm_timer(struct dq_store *s);
 static void arm_load(struct dq_store *s);
+static void reap_soon(struct dq_store *s);
 static void unlink_check(struct dq_store *s);
 static void after_change(struct dq_store *s);
 
@@ -241,6 +244,7 @@ static void reload(struct dq_store *s) {
     tier_rewind(s->tier); /* loads that were not logged are redone */
     tier_recount_end(s->tier);
     arm_load(s);
+    reap_soon(s);
 }
 
 /* Writes the log for everything in the batch; if that fails, fails the
@@ -453,6 +457,39 @@ static void note_count(struct dq_store *s) {
     }
 }
 
+#define REAP_BUDGET 2048 /* purged jobs (and buckets) freed per step: ~1 ms */
+#define RELEASE_PAGES 8  /* emptied 2 MiB pages unmapped per step: < 1 ms */
+
+/* Purged topics (a PURGE, or a replayed one) wait to be freed, and
+ * emptied pages to be given back. */
+static void reap_soon(struct dq_store *s) {
+    if (s->reap_ev &&
+        (engine_reap(s->eng, 0) || engine_give_back(s->eng, 0) > 0) &&
+        !evtimer_pending(s->reap_ev, NULL)) {
+        struct timeval tv = {0, 0};
+        event_add(s->reap_ev, &tv);
+    }
+}
+
+static void reap_cb(evutil_socket_t fd, short what, void *arg) {
+    struct dq_store *s = arg;
+    s->in_engine = 1;
+    int64_t t0 = mono_us();
+    bool more = engine_reap(s->eng, REAP_BUDGET);
+    more |= engine_give_back(s->eng, RELEASE_PAGES) > 0;
+    int64_t took = mono_us() - t0;
+    if (took > s->reap_us_max) s->reap_us_max = took;
+    s->in_engine = 0;
+    if (more) {
+        struct timeval tv = {0, 0};
+        event_add(s->reap_ev, &tv);
+    } else if (!s->trim_armed) { /* all freed: give back what the heap holds */
+        struct timeval tv = {0, TRIM_DELAY_MS * 1000};
+        event_add(s->trim_ev, &tv);
+        s->trim_armed = true;
+    }
+}
+
 /* --- loading far segments ------------------------------------------------- */
 
 static int load_one(void *ud, const struct dq_job *j, uint64_t ref) {
@@ -557,6 +594,7 @@ static void catch_up(struct dq_store *s, int64_t now) {
 static void after_change(struct dq_store *s) {
     s->in_engine = 0;
     note_count(s);
+    reap_soon(s);
     if (s->timer_at != INT64_MIN) arm_timer(s);
     flush_ready(s);
 }
@@ -571,6 +609,7 @@ static void emb_close(struct dq_store *s) {
     tier_close(s->tier);
     if (s->load_ev) event_free(s->load_ev);
     if (s->trim_ev) event_free(s->trim_ev);
+    if (s->reap_ev) event_free(s->reap_ev);
     buf_free(&s->far_body);
     if (s->commit_ev) event_free(s->commit_ev);
     if (s->timer_ev) event_free(s->timer_ev);
@@ -608,8 +647,9 @@ static int emb_open(struct dq_store **out, const struct dq_store_config *cfg,
     s->timer_ev = evtimer_new(cfg->base, timer_cb, s);
     s->load_ev = evtimer_new(cfg->base, load_cb, s);
     s->trim_ev = evtimer_new(cfg->base, trim_cb, s);
+    s->reap_ev = evtimer_new(cfg->base, reap_cb, s);
     if (!s->eng || !s->commit_ev || !s->timer_ev || !s->load_ev ||
-        !s->trim_ev) {
+        !s->trim_ev || !s->reap_ev) {
         snprintf(err, errlen, "out of memory");
         emb_close(s);
         return -1;
@@ -650,6 +690,7 @@ static int emb_open(struct dq_store **out, const struct dq_store_config *cfg,
     }
     arm_timer(s);
     arm_load(s);
+    reap_soon(s);
     *out = s;
     return 0;
 }
@@ -977,6 +1018,7 @@ static void emb_purge(struct dq_store *s, struct dq_str topic,
     s->in_engine = 1;
     int64_t n = engine_purge(s->eng, topic);
     if (n > 0) log_topic(s, WAL_PURGE, topic, 0, n);
+    reap_soon(s); /* its jobs are freed between I/O */
     pend_change(s, cb, pd, DQ_OK)->n = n;
     after_change(s);
 }
@@ -1008,6 +1050,9 @@ static void emb_info(struct dq_store *s, dq_info_emit *emit, void *ud) {
     dq_info_int(emit, ud, "memory_trims", (int64_t)s->trims);
     dq_info_int(emit, ud, "memory_trim_last_us", s->trim_us);
     dq_info_int(emit, ud, "memory_trim_max_us", s->trim_us_max);
+    dq_info_int(emit, ud, "purge_freeing",
+                engine_reap(s->eng, 0) || engine_give_back(s->eng, 0) > 0);
+    dq_info_int(emit, ud, "purge_free_step_max_us", s->reap_us_max);
     if (s->wal) wal_info(s->wal, emit, ud);
 }
 

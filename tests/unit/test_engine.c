@@ -896,6 +896,66 @@ static void test_far_jobs(void **state) {
     engine_free(e);
 }
 
+/* A PURGE of many jobs: gone at once for every call (counts, lookups, ADD
+ * of the same ids), their memory freed by engine_reap slice by slice, and
+ * jobs of the purged topic that the wheel hands out meanwhile go nowhere. */
+static void test_big_purge_reaped_later(void **state) {
+    enum { N = 20000 };
+    struct engine *e = far_engine(0);
+    char id[32];
+    for (int k = 0; k < N; k++) {
+        snprintf(id, sizeof id, "j%d", k);
+        struct dq_add a = mk("t", id, "body", k % 3 == 0 ? T0 : T0 + 50 + k % 7);
+        if (k % 5 == 0)
+            assert_int_equal(engine_add_far(e, T0, &a, (uint64_t)k), DQ_DELAYED);
+        else
+            assert_true(engine_add(e, T0, &a, NULL) >= 0);
+    }
+    struct dq_add o = mk("other", "x", "", T0 + 60);
+    assert_true(engine_add(e, T0, &o, NULL) >= 0);
+    struct dq_job out[8];
+    struct dq_str t = S("t");
+    assert_int_equal(engine_reserve(e, T0, &t, 1, 8, out), 8);
+    ndropped = 0;
+    assert_int_equal(engine_purge(e, S("t")), N);
+    assert_int_equal(engine_count(e), 1);
+    assert_int_equal(engine_far_count(e), 0);
+    struct dq_stats st = stats(e, "t");
+    for (int k = 0; k < DQ_NSTATES; k++) assert_int_equal(st.jobs[k], 0);
+    assert_int_equal(st.deleted, N);
+    assert_int_equal(st.added, N);
+    assert_int_equal(stats(e, "").jobs[DQ_DELAYED], 1);
+    assert_int_equal(engine_get(e, S("t"), S("j1"), NULL), 0);
+    assert_int_equal(engine_far_ref(e, S("t"), S("j5"), NULL), 0);
+    int n = 0;
+    assert_int_equal(engine_list(e, S("t"), DQ_DELAYED, 10, 0, count_id, &n), 0);
+    assert_int_equal(n, 0);
+    /* the ids are free again */
+    struct dq_add again = mk("t", "j1", "new", T0 + 10);
+    assert_int_equal(engine_add(e, T0, &again, NULL), DQ_DELAYED);
+    /* time passes before the reaping: the purged delayed and reserved jobs
+     * leave the wheel without becoming ready anywhere */
+    engine_advance(e, T0 + 100000, 1000000);
+    assert_int_equal(stats(e, "t").jobs[DQ_READY], 1); /* the new j1 */
+    assert_int_equal(stats(e, "").jobs[DQ_READY], 2);  /* and other/x */
+    int steps = 0;
+    while (engine_reap(e, 1000)) steps++;
+    assert_true(steps >= 5);
+    assert_int_equal(ndropped, N / 5); /* every far job's record let go */
+    assert_int_equal(engine_count(e), 2);
+    engine_free(e); /* ASan: nothing left behind */
+    /* a grave not reaped yet is freed with the engine */
+    e = far_engine(0);
+    for (int k = 0; k < N; k++) {
+        snprintf(id, sizeof id, "j%d", k);
+        struct dq_add a = mk("t", id, "b", T0 + 5);
+        assert_true(engine_add(e, T0, &a, NULL) >= 0);
+    }
+    assert_int_equal(engine_purge(e, S("t")), N);
+    engine_reap(e, 100);
+    engine_free(e);
+}
+
 /* --- restore / foreach ---------------------------------------------------------- */
 
 struct fe {
@@ -1196,6 +1256,7 @@ int main(void) {
         cmocka_unit_test(test_list_concurrent),
         cmocka_unit_test(test_list_full_pages),
         cmocka_unit_test(test_far_jobs),
+        cmocka_unit_test(test_big_purge_reaped_later),
         cmocka_unit_test(test_restore_foreach),
         cmocka_unit_test(test_alloc_failure),
         cmocka_unit_test(test_million_same_ms),
