@@ -195,12 +195,13 @@ void delayq_strings_free(char **strings, size_t n); /* accepts NULL */
 struct delayq_stats {
     int64_t jobs_delayed, jobs_ready, jobs_reserved, jobs_dead;
     int64_t added, reserved, acked, nacked, expired, dead, deleted, kicked;
+    int64_t pushed, push_failed; /* push delivery, since the server started */
 };
 int delayq_stats(delayq *dq, const char *topic, struct delayq_stats *st);
 
 /* The names of struct delayq_stats's fields in order, and their values as an
  * array (st viewed as DELAYQ_STATS_N int64_t). */
-#define DELAYQ_STATS_N 12
+#define DELAYQ_STATS_N 14
 extern const char *const delayq_stats_fields[DELAYQ_STATS_N];
 
 /* PING [msg]: *reply (may be NULL; the caller frees it) is the server's answer. */

@@ -674,6 +674,7 @@ int delayq_topics(delayq *dq, char ***topics, size_t *n) {
 const char *const delayq_stats_fields[DELAYQ_STATS_N] = {
     "jobs_delayed", "jobs_ready", "jobs_reserved", "jobs_dead", "added",   "reserved",
     "acked",        "nacked",     "expired",       "dead",      "deleted", "kicked",
+    "pushed",       "push_failed",
 };
 
 int delayq_stats(delayq *dq, const char *topic, struct delayq_stats *st) {

@@ -202,6 +202,8 @@ class Stats:
     dead: int = 0
     deleted: int = 0
     kicked: int = 0
+    pushed: int = 0
+    push_failed: int = 0
 
 
 # ---------------------------------------------------------------- the client
