@@ -26,10 +26,27 @@ front_SRC  := $(wildcard src/front/*/*.c)
 SERVER_SRC := $(filter-out src/server/main.c,$(wildcard src/server/*.c))
 CLI_SRC    := $(wildcard src/cli/*.c)
 
+# --- embedded files: sources in their own language, turned into C ---------
+# Every file listed in EMBED (a path under src/) becomes build/gen/PATH.c,
+# holding `const char asset_NAME[]` (its bytes and a NUL) and
+# `const size_t asset_NAME_len`, NAME being PATH with '/' and '.' as '_'
+# (src/store/lua/delayq.lua -> asset_store_lua_delayq_lua). A generated .c
+# joins the layer of the directory its file lives in.
+DASH_ASSETS := $(wildcard src/front/dashboard/assets/*)
+EMBED      := src/store/lua/delayq.lua $(DASH_ASSETS)
+embedded    = $(patsubst src/%,build/gen/%.c,$(filter src/$(1)/%,$(EMBED)))
+EMBED_C    := $(patsubst src/%,build/gen/%.c,$(EMBED))
+.SECONDARY: $(EMBED_C)
+build/gen/%.c: src/% scripts/embed
+	@mkdir -p $(dir $@)
+	scripts/embed asset_$(subst -,_,$(subst .,_,$(subst /,_,$*))) < $< > $@.tmp && mv $@.tmp $@
+store_SRC  += $(call embedded,store)
+front_SRC  += $(call embedded,front)
+
 CORE_SRC   := $(foreach l,$(LAYERS),$($(l)_SRC)) $(SERVER_SRC)
 UNIT_TESTS := $(patsubst tests/unit/%.c,%,$(wildcard tests/unit/test_*.c))
 
-obj = $(patsubst src/%.c,build/$(1)/%.o,$(2))
+obj = $(patsubst build/gen/%.c,build/$(1)/gen/%.o,$(patsubst src/%.c,build/$(1)/%.o,$(2)))
 # The archives of a build kind, top layer first (the link order).
 archives = $(foreach l,front core store engine proto lib,build/$(1)/libdq_$(l).a)
 
@@ -58,6 +75,9 @@ build/.deps-test: scripts/deps.sh
 build/rel/%.o: src/%.c | build/.deps-build
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -c -o $@ $<
+build/rel/gen/%.o: build/gen/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c -o $@ $<
 
 bin/delayqd: $(call obj,rel,$(SERVER_SRC) src/server/main.c) $(call archives,rel)
 	@mkdir -p bin
@@ -73,6 +93,9 @@ run: all
 build/asan/%.o: src/%.c | build/.deps-test
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -O1 $(SAN) -MMD -MP -c -o $@ $<
+build/asan/gen/%.o: build/gen/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -O1 $(SAN) -c -o $@ $<
 build/asan/tests/%: tests/unit/%.c $(call obj,asan,$(SERVER_SRC)) $(call archives,asan) | build/.deps-test
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -O1 $(SAN) -Itests/unit -o $@ $(filter-out %.a,$^) $(call archives,asan) $(LDLIBS) -lcmocka

@@ -1675,7 +1675,7 @@ static int redis_open(struct dq_store **out, const struct dq_store_config *cfg,
     s->sweep_ev = event_new(cfg->base, -1, EV_PERSIST, sweep_cb, s);
     s->flush_ev = event_new(cfg->base, -1, 0, flush_cb, s);
     struct rcli_config cc = {
-        .base = cfg->base, .url = &s->url, .script = redis_lua_source,
+        .base = cfg->base, .url = &s->url, .script = asset_store_lua_delayq_lua,
         .channel = s->chan, .on_message = on_message, .on_up = on_up, .ud = s,
     };
     if (!s->timer_ev || !s->sweep_ev || !s->flush_ev ||

@@ -281,15 +281,8 @@ def test_fleet_sweep_moves_jobs_no_instance_was_told_about(procs):
 
 
 def _script_source():
-    src = open(os.path.join(os.path.dirname(__file__), "..", "..", "src", "store",
-                            "redis_lua.c")).read()
-    out = []
-    for line in src.splitlines():
-        line = line.strip()
-        if line.startswith('"') and (line.endswith('\\n"') or line.endswith('\\n";')):
-            body = line[1:line.rindex('\\n"')]
-            out.append(body.replace('\\"', '"').replace("\\\\", "\\"))
-    return "\n".join(out) + "\n"
+    return open(os.path.join(os.path.dirname(__file__), "..", "..", "src", "store", "lua",
+                             "delayq.lua")).read()
 
 
 # --------------------------------------------------------------------------

@@ -1,0 +1,751 @@
+#!lua
+-- delayq: every job transition of the Redis store (docs/redis.md).
+-- One call runs a batch of requests against a set of shard groups; each
+-- request is one transition and all of them run in this one atomic script.
+--
+-- KEYS: 6 per group: pool ready delay lease dead stats (one hash tag each).
+-- ARGV: now inst chan G, G x (topic shard carry), R, then R requests:
+--       op ngroups gidx... nargs args...
+--       carry '1': the caller knows of jobs due by now in the group; with
+--       '0' adds skip the carry (reserves, and the rarer ops, always do it).
+-- Returns {results, info}: results is flat, per request a count then that
+-- many values; info holds per group the next due time (>= 0, or -1: none),
+-- or -2 (no change known), or -3 - t ("t or earlier": jobs were queued for
+-- time t), and the ready list's length if jobs became ready (else -1).
+--
+-- pool:  id -> record: struct '<BIIIBIIddd' (state attempts ttr retries
+--        bkind bbase bmax due created deadline), 8 bytes of ord (big
+--        endian: created ms << 22 | a sequence, made by the instance that
+--        added the job), then the body. A record whose state says delayed
+--        but whose due time has passed is ready: the carry moves its id to
+--        the ready list without rewriting it.
+-- delay: zset, member = ord .. id, score = due time, so jobs due in the
+--        same millisecond come out in the order they were added.
+-- ready: list of ids.  lease: zset id -> lease end.  dead: zset id -> time
+-- of death.  stats: hash of counters.
+-- The delay and lease zsets hold a sentinel at +inf whose long member keeps
+-- them in Redis's skiplist encoding: in the compact encoding every insert
+-- and remove scans the set, and a lease set typically holds just the tens
+-- of jobs in flight.
+--
+-- Every redis.call costs more than the Lua around it, so runs of adds, and
+-- runs of single-group reserves and del/acks, on one group are queued and
+-- done with a few calls for the whole run (see sync); a request of any
+-- other kind on the group first completes the run, so the requests take
+-- effect in their order -- except that within a run the reserves go before
+-- the del/acks. Those commute for reserved jobs, which is what ACK is for;
+-- for others it is one of the orders concurrent clients could have seen.
+local call = redis.call
+local spack, sunpack, ssub, sbyte = struct.pack, struct.unpack, string.sub, string.byte
+local tonumber, unpack, fmt = tonumber, unpack, string.format
+local HDR = '<BIIIBIIddd' -- then 8 bytes of ord, then the body
+local BODY = 55
+local CHUNK = 1000
+local DCHUNK = 10000 -- due jobs carried per group and call
+local DELAYED, READY, RESERVED, DEAD = 0, 1, 2, 3
+local OK, EXISTS, BUSY, NOTRESERVED, TAKEN = 0, 1, 2, 3, 4
+local nows = ARGV[1]
+local now = tonumber(nows)
+local inst, chan = ARGV[2], ARGV[3]
+local LSENT = '\0' .. string.rep('~', 64)
+local DSENT = string.rep('\255', 8) .. LSENT
+local INF = math.huge
+
+local function cnt(g, f, n)
+  if n ~= 0 then g.c[f] = (g.c[f] or 0) + n end
+end
+
+local function callv(cmd, key, list)
+  local n = #list
+  for i = 1, n, CHUNK do
+    local j = i + CHUNK - 1
+    if j > n then j = n end
+    call(cmd, key, unpack(list, i, j))
+  end
+end
+
+-- the delay zset's member for a record and id
+local function dmember(r, id)
+  return ssub(r, 47, 54) .. id
+end
+
+local function nextdue(g)
+  local t = -1
+  local a = call('ZRANGE', g.delay, 0, 0, 'WITHSCORES')
+  if a[2] then
+    t = tonumber(a[2])
+    if t == INF then t = -1 end
+  end
+  local b = call('ZRANGE', g.lease, 0, 0, 'WITHSCORES')
+  if b[2] then
+    local x = tonumber(b[2])
+    if x ~= INF and (t < 0 or x < t) then t = x end
+  end
+  return t
+end
+
+-- real members of the delay or lease zset (not the sentinel)
+local function zcount(key)
+  return call('ZCOUNT', key, '-inf', '(+inf')
+end
+
+-- due delayed jobs -> ready (their records are not touched); ended leases
+-- -> ready (attempts <= retries) or dead; both in time order
+local function carry(g)
+  local push = {}
+  local e = call('ZRANGEBYSCORE', g.lease, '-inf', nows, 'WITHSCORES', 'LIMIT', 0, CHUNK)
+  local m
+  if #e == 0 then
+    m = call('ZRANGEBYSCORE', g.delay, '-inf', nows, 'LIMIT', 0, DCHUNK)
+    for i = 1, #m do push[i] = ssub(m[i], 9) end
+  else -- times are needed to merge with the ended leases
+    m = call('ZRANGEBYSCORE', g.delay, '-inf', nows, 'WITHSCORES', 'LIMIT', 0, DCHUNK)
+  end
+  local nm = #m
+  if nm > 0 then call('ZREMRANGEBYRANK', g.delay, 0, (#e == 0 and nm or nm / 2) - 1) end
+  if #e > 0 then
+    call('ZREMRANGEBYRANK', g.lease, 0, #e / 2 - 1)
+    local ids = {}
+    for i = 1, #e, 2 do ids[#ids + 1] = e[i] end
+    local recs = call('HMGET', g.pool, unpack(ids))
+    local hs, dz, back, btime = {}, {}, {}, {}
+    local nexp, ndead = 0, 0
+    for i = 1, #ids do
+      local r, id, t = recs[i], ids[i], tonumber(e[2 * i])
+      if r then
+        nexp = nexp + 1
+        hs[#hs + 1] = id
+        if sunpack('<I', r, 2) <= sunpack('<I', r, 10) then
+          back[#back + 1] = id
+          btime[#btime + 1] = t
+          hs[#hs + 1] = spack('<B', READY) .. ssub(r, 2, 22) .. spack('<d', t) ..
+            ssub(r, 31, 38) .. spack('<d', 0) .. ssub(r, 47)
+        else
+          ndead = ndead + 1
+          dz[#dz + 1] = t
+          dz[#dz + 1] = id
+          hs[#hs + 1] = spack('<B', DEAD) .. ssub(r, 2, 38) .. spack('<d', 0) .. ssub(r, 47)
+        end
+      end
+    end
+    if #hs > 0 then callv('HSET', g.pool, hs) end
+    if #dz > 0 then callv('ZADD', g.dead, dz) end
+    cnt(g, 'expired', nexp)
+    cnt(g, 'dead', ndead)
+    -- merge the due jobs and the ended leases by time
+    local i, j = 1, 1
+    while i <= nm or j <= #back do
+      if j > #back or (i <= nm and tonumber(m[i + 1]) <= btime[j]) then
+        push[#push + 1] = ssub(m[i], 9); i = i + 2
+      else
+        push[#push + 1] = back[j]; j = j + 1
+      end
+    end
+  end
+  if nm > 0 or #e > 0 then g.moved = true end
+  if #push > 0 then
+    for i = 1, #push, CHUNK do
+      g.rlen = call('RPUSH', g.ready, unpack(push, i, math.min(#push, i + CHUNK - 1)))
+    end
+    g.rd = true
+  end
+end
+
+local function bring(g)
+  if not g.carried then
+    g.carried = true
+    carry(g)
+  end
+end
+
+-- before a job is queued in the delay (z 'd') or lease (z 'l') zset at
+-- time t: note the next due time the other instances may know of (the head
+-- before it), and see that the zset has its sentinel
+local function insert(g, t, z)
+  if not g.h0 then g.h0 = nextdue(g) end
+  if not g.mi or t < g.mi then g.mi = t end
+  if z == 'd' then
+    if not g.sd then g.sd = true; call('ZADD', g.delay, 'NX', '+inf', DSENT) end
+  elseif not g.sl then
+    g.sl = true; call('ZADD', g.lease, 'NX', '+inf', LSENT)
+  end
+end
+
+-- removes a job's id from the structure that holds it
+local function unlink(g, id, r)
+  local st = sbyte(r, 1)
+  if st == RESERVED then
+    call('ZREM', g.lease, id)
+  elseif st == DEAD then
+    call('ZREM', g.dead, id)
+  elseif st == READY or call('ZREM', g.delay, dmember(r, id)) == 0 then
+    call('LREM', g.ready, 1, id)
+    g.rlen = nil
+  end
+end
+
+local function backoff(bk, bb, bm, att)
+  if bk == 1 then return bb end
+  local d, i = bb, 1
+  while i < att and d < bm do d = d * 2; i = i + 1 end
+  if d > bm then d = bm end
+  return d
+end
+
+-- --- runs of queued requests ---------------------------------------------
+
+-- adds: {id, record, due, member, flags, result}
+local function run_add(g, q)
+  local ids = {}
+  for i = 1, #q do ids[i] = q[i][1] end
+  local ex = call('HMGET', g.pool, unpack(ids))
+  local hs, pr, pz, seen = {}, {}, {}, {}
+  local function write()
+    if #hs > 0 then call('HSET', g.pool, unpack(hs)); hs = {} end
+    if #pr > 0 then g.rlen = call('RPUSH', g.ready, unpack(pr)); pr = {}; g.rd = true end
+    if #pz > 0 then call('ZADD', g.delay, unpack(pz)); pz = {} end
+  end
+  local added = 0
+  for i = 1, #q do
+    local it = q[i]
+    local id, rec, rt = it[1], it[2], it[6]
+    local ok = true
+    if ex[i] or seen[id] then
+      local fl = it[5]
+      if fl == 'g' then rt[1] = TAKEN; ok = false
+      elseif fl ~= 'r' then rt[1] = EXISTS; ok = false
+      else
+        write()
+        local old = call('HGET', g.pool, id)
+        if sbyte(old, 1) == RESERVED then rt[1] = BUSY; ok = false
+        else unlink(g, id, old) end
+      end
+    else
+      rt[2] = 1
+    end
+    if ok then
+      seen[id] = true
+      rt[1] = OK
+      local nh = #hs
+      hs[nh + 1] = id
+      hs[nh + 2] = rec
+      if sbyte(rec, 1) == READY then
+        pr[#pr + 1] = id
+      else
+        local nz = #pz
+        pz[nz + 1] = it[3]
+        pz[nz + 2] = it[4]
+        insert(g, tonumber(it[3]), 'd')
+      end
+      added = added + 1
+    end
+  end
+  write()
+  cnt(g, 'added', added)
+end
+
+-- the records of ids popped from the ready list, reserved
+local function take(g, ids, out)
+  local recs = call('HMGET', g.pool, unpack(ids))
+  local hs, zs, nh, k = {}, {}, 0, 0
+  local pdl, sdl = {}, {} -- per ttr: packed and printed deadline
+  for i = 1, #ids do
+    local r = recs[i]
+    if r then
+      local id = ids[i]
+      local att, ttr = sunpack('<II', r, 2)
+      local p = pdl[ttr]
+      if not p then
+        p = spack('<d', now + ttr)
+        pdl[ttr] = p
+        sdl[ttr] = fmt('%d', now + ttr)
+        insert(g, now + ttr, 'l')
+      end
+      local nr = spack('<BI', RESERVED, att + 1) .. ssub(r, 6, 38) .. p .. ssub(r, 47)
+      hs[nh + 1] = id
+      hs[nh + 2] = nr
+      zs[nh + 1] = sdl[ttr]
+      zs[nh + 2] = id
+      nh = nh + 2
+      k = k + 1
+      out[k] = {id, nr}
+    end
+  end
+  if k > 0 then
+    call('HSET', g.pool, unpack(hs))
+    call('ZADD', g.lease, unpack(zs))
+    cnt(g, 'reserved', k)
+  end
+  return k
+end
+
+-- single-group reserves: {need, result}; one LPOP for all, in order
+local function run_reserve(g, q)
+  local need = 0
+  for i = 1, #q do need = need + q[i][1] end
+  if call('LLEN', g.ready) < need then bring(g) end
+  local ids = call('LPOP', g.ready, need)
+  g.rlen = nil
+  if not ids then return end
+  local jobs = {}
+  local k = take(g, ids, jobs)
+  local j = 1
+  for i = 1, #q do
+    local rt, n = q[i][2], q[i][1]
+    while n > 0 and j <= k do
+      local x = #rt
+      rt[x + 1] = 1
+      rt[x + 2] = jobs[j][1]
+      rt[x + 3] = jobs[j][2]
+      j = j + 1
+      n = n - 1
+    end
+  end
+end
+
+-- del / ack: {ids, field, result}. Fast path: every id was reserved.
+local function run_del(g, q)
+  local all, seen, dup = {}, {}, false
+  for i = 1, #q do
+    for _, id in ipairs(q[i][1]) do
+      if seen[id] then dup = true end
+      seen[id] = true
+      all[#all + 1] = id
+    end
+  end
+  local n = #all
+  local removed = 0
+  for i = 1, n, CHUNK do
+    removed = removed + call('ZREM', g.lease, unpack(all, i, math.min(n, i + CHUNK - 1)))
+  end
+  if removed == n and not dup then
+    callv('HDEL', g.pool, all)
+    for i = 1, #q do
+      local it = q[i]
+      it[3][2] = it[3][2] + #it[1]
+      cnt(g, it[2], #it[1])
+    end
+    return
+  end
+  -- those that were reserved left the lease zset above
+  for i = 1, #q do
+    local it = q[i]
+    local k = 0
+    for _, id in ipairs(it[1]) do
+      local r = call('HGET', g.pool, id)
+      if r then
+        if sbyte(r, 1) ~= RESERVED then unlink(g, id, r) end
+        call('HDEL', g.pool, id)
+        k = k + 1
+      end
+    end
+    it[3][2] = it[3][2] + k
+    cnt(g, it[2], k)
+  end
+end
+
+-- completes the group's queued run
+local function sync(g)
+  if #g.qa > 0 then
+    local q = g.qa
+    g.qa = {}
+    run_add(g, q)
+  end
+  if #g.qr > 0 then
+    local q = g.qr
+    g.qr = {}
+    run_reserve(g, q)
+  end
+  if #g.qd > 0 then
+    local q = g.qd
+    g.qd = {}
+    run_del(g, q)
+  end
+end
+
+-- queues a request of kind 'add', 'reserve' or 'del'
+local function queue(g, kind, item)
+  local q
+  if kind == 'add' then
+    if #g.qr > 0 or #g.qd > 0 then sync(g) end
+    q = g.qa
+  else
+    if #g.qa > 0 then sync(g) end
+    q = kind == 'reserve' and g.qr or g.qd
+  end
+  if #q >= CHUNK then
+    sync(g)
+    q = kind == 'add' and g.qa or kind == 'reserve' and g.qr or g.qd
+  end
+  q[#q + 1] = item
+end
+
+-- first touch of a group in this call: note its next due time (what the
+-- other instances may know) and, unless lazy, bring it up to date. A
+-- reserve that finds enough ready jobs may skip the carry: every job in
+-- the ready list became ready before any job still waiting in the zsets.
+local function open(g, lazy)
+  sync(g)
+  if not g.o then
+    g.o = true
+    g.c = {}
+  end
+  if not lazy then bring(g) end
+end
+
+-- the end of the call for a group: counters, what the caller learns
+-- (next due time, ready jobs) and what the other instances are told
+local function finish(g)
+  sync(g)
+  for f, n in pairs(g.c) do
+    if n ~= 0 then call('HINCRBY', g.stats, f, n) end
+  end
+  local nx = -2
+  if g.exact or g.moved then
+    nx = nextdue(g)
+  elseif g.mi then
+    nx = -3 - g.mi
+  end
+  local rl = -1
+  if g.rd then
+    rl = g.rlen or call('LLEN', g.ready)
+    if rl == 0 then g.rd = false; rl = -1 end
+  end
+  local newhead = g.mi and (g.h0 < 0 or g.mi < g.h0)
+  if g.rd or newhead then
+    call('PUBLISH', chan, inst .. ' ' .. g.shard .. ' ' ..
+      (newhead and fmt('%d', g.mi) or '-1') .. ' ' .. (g.rd and '1' or '0') .. ' ' .. g.topic)
+  end
+  return nx, rl
+end
+
+-- --- the requests: OPS[op](groups, first arg index, result table) --------
+
+local OPS = {}
+
+-- add: id record due member flags. The record (header, ord, body) is made
+-- by the caller, which decided ready or delayed from the same now; member
+-- is the delay zset's (ord .. id) for a delayed job. flags: '-' plain,
+-- 'r' REPLACE, 'g' a generated id (TAKEN if it exists).
+-- -> code, 1 if the id was new
+OPS.add = function(gs, a, rt)
+  local g = gs[1]
+  if not g.o then open(g, g.cf ~= '1') end
+  rt[1], rt[2] = OK, 0
+  queue(g, 'add', {ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], rt})
+end
+
+-- del / ack: mode, then per group: n ids... -> code, how many existed
+OPS.del = function(gs, a, rt)
+  local field = ARGV[a] == 'ack' and 'acked' or 'deleted'
+  local p = a + 1
+  rt[1], rt[2] = OK, 0
+  for _, g in ipairs(gs) do
+    if not g.o then open(g, true) end
+    local n = tonumber(ARGV[p])
+    queue(g, 'del', {{unpack(ARGV, p + 1, p + n)}, field, rt})
+    p = p + 1 + n
+  end
+end
+
+-- reserve: count; groups in order -> code, then gidx id record per job (the
+-- record as written: state reserved, attempts and deadline updated)
+OPS.reserve = function(gs, a, rt)
+  local need = tonumber(ARGV[a])
+  rt[1] = OK
+  if #gs == 1 then
+    local g = gs[1]
+    if not g.o then open(g, true) end
+    queue(g, 'reserve', {need, rt})
+    return
+  end
+  for gi, g in ipairs(gs) do
+    if need <= 0 then break end
+    open(g, true)
+    if call('LLEN', g.ready) < need then bring(g) end
+    local ids = call('LPOP', g.ready, need)
+    g.rlen = nil
+    if ids then
+      local jobs = {}
+      local k = take(g, ids, jobs)
+      for j = 1, k do
+        local x = #rt
+        rt[x + 1] = gi
+        rt[x + 2] = jobs[j][1]
+        rt[x + 3] = jobs[j][2]
+      end
+      need = need - k
+    end
+  end
+end
+
+-- nack: id delay (< 0 = the job's backoff) -> code, new state
+OPS.nack = function(gs, a, rt)
+  local g = gs[1]
+  open(g)
+  local id = ARGV[a]
+  local r = call('HGET', g.pool, id)
+  if not r or sbyte(r, 1) ~= RESERVED then rt[1] = NOTRESERVED; return end
+  local st, att, ttr, ret, bk, bb, bm, due, cr = sunpack(HDR, r)
+  call('ZREM', g.lease, id)
+  cnt(g, 'nacked', 1)
+  if att <= ret then
+    local d = tonumber(ARGV[a + 1])
+    if d < 0 then d = backoff(bk, bb, bm, att) end
+    due = now + d
+    if d <= 0 then
+      st = READY; g.rlen = call('RPUSH', g.ready, id); g.rd = true
+    else
+      insert(g, due, 'd')
+      st = DELAYED; call('ZADD', g.delay, fmt('%d', due), dmember(r, id))
+    end
+  else
+    st = DEAD; call('ZADD', g.dead, nows, id); cnt(g, 'dead', 1)
+  end
+  call('HSET', g.pool, id, spack(HDR, st, att, ttr, ret, bk, bb, bm, due, cr, 0) .. ssub(r, 47))
+  rt[1], rt[2] = OK, st
+end
+
+-- touch: id ttr (0 = the job's own) -> code, new deadline
+OPS.touch = function(gs, a, rt)
+  local g = gs[1]
+  open(g)
+  local id = ARGV[a]
+  local r = call('HGET', g.pool, id)
+  if not r or sbyte(r, 1) ~= RESERVED then rt[1] = NOTRESERVED; return end
+  local t = tonumber(ARGV[a + 1])
+  if t <= 0 then t = sunpack('<I', r, 6) end
+  local dl = now + t
+  insert(g, dl, 'l')
+  call('ZADD', g.lease, fmt('%d', dl), id)
+  call('HSET', g.pool, id, ssub(r, 1, 38) .. spack('<d', dl) .. ssub(r, 47))
+  rt[1], rt[2] = OK, dl
+end
+
+-- release: id. reserved -> head of ready, attempts - 1 -> code, 1 or 0
+OPS.release = function(gs, a, rt)
+  local g = gs[1]
+  open(g)
+  local id = ARGV[a]
+  rt[1], rt[2] = OK, 0
+  local r = call('HGET', g.pool, id)
+  if not r or sbyte(r, 1) ~= RESERVED then return end
+  local att = sunpack('<I', r, 2)
+  if att > 0 then att = att - 1 end
+  call('ZREM', g.lease, id)
+  call('HSET', g.pool, id, spack('<BI', READY, att) .. ssub(r, 6, 38) .. spack('<d', 0) .. ssub(r, 47))
+  g.rlen = call('LPUSH', g.ready, id)
+  g.rd = true
+  cnt(g, 'reserved', -1)
+  rt[2] = 1
+end
+
+-- kick: count (0 = all); groups in order. dead -> ready, attempts 0
+-- -> code, how many
+OPS.kick = function(gs, a, rt)
+  local need = tonumber(ARGV[a])
+  if need == 0 then need = -1 end
+  local total = 0
+  for _, g in ipairs(gs) do
+    if need == 0 then break end
+    open(g)
+    while need ~= 0 do
+      local take = CHUNK
+      if need > 0 and need < take then take = need end
+      local ids = call('ZRANGE', g.dead, 0, take - 1)
+      if #ids == 0 then break end
+      local recs = call('HMGET', g.pool, unpack(ids))
+      local hs, push = {}, {}
+      for i = 1, #ids do
+        local r = recs[i]
+        if r then
+          hs[#hs + 1] = ids[i]
+          hs[#hs + 1] = spack('<BI', READY, 0) .. ssub(r, 6, 22) .. spack('<d', now) ..
+            ssub(r, 31, 38) .. spack('<d', 0) .. ssub(r, 47)
+          push[#push + 1] = ids[i]
+        end
+      end
+      call('ZREMRANGEBYRANK', g.dead, 0, #ids - 1)
+      if #push > 0 then
+        call('HSET', g.pool, unpack(hs))
+        g.rlen = call('RPUSH', g.ready, unpack(push))
+        g.rd = true
+      end
+      cnt(g, 'kicked', #push)
+      total = total + #push
+      if need > 0 then need = need - #ids end
+      if #ids < take then break end
+    end
+  end
+  rt[1], rt[2] = OK, total
+end
+
+-- one page of a LIST over one group: appends ids to out and returns the
+-- mode and cursor to continue with ('0', '0': the group is done).
+-- Small sets (<= 512) are paged in the order of a hash of the id, the
+-- cursor being the next hash (mode 1); larger ones by Redis's own SCAN
+-- cursor (mode 0). Either way a job that stays in the state is listed.
+local function listpage(g, st, mode, cur, n, out)
+  local key, size, skip = g.dead, 0, 1
+  if st == READY then
+    key = g.ready
+    size = call('LLEN', key)
+  else
+    if st == DELAYED then key = g.delay; skip = 9 elseif st == RESERVED then key = g.lease end
+    size = zcount(key)
+  end
+  if mode == '1' or (cur == '0' and size <= 512) then
+    local all
+    if st == READY then all = call('LRANGE', key, 0, -1) else all = call('ZRANGE', key, 0, -1) end
+    local lo, items = tonumber(cur), {}
+    for _, m in ipairs(all) do
+      if m ~= LSENT and m ~= DSENT then
+        local id = ssub(m, skip)
+        local h = tonumber(ssub(redis.sha1hex(id), 1, 13), 16)
+        if h >= lo then items[#items + 1] = {h, id} end
+      end
+    end
+    table.sort(items, function(x, y) return x[1] < y[1] end)
+    local last
+    for i = 1, #items do
+      local it = items[i]
+      if i > n and it[1] ~= last then return '1', fmt('%d', it[1]) end
+      out[#out + 1] = it[2]
+      last = it[1]
+    end
+    return '0', '0'
+  end
+  local res
+  if st == READY then
+    res = call('HSCAN', g.pool, cur, 'COUNT', n)
+    local kv = res[2]
+    for i = 1, #kv, 2 do
+      local s = sbyte(kv[i + 1], 1)
+      if s == READY or (s == DELAYED and sunpack('<d', kv[i + 1], 23) <= now) then
+        out[#out + 1] = kv[i]
+      end
+    end
+  else
+    res = call('ZSCAN', key, cur, 'COUNT', n)
+    local kv = res[2]
+    for i = 1, #kv, 2 do
+      if kv[i] ~= LSENT and kv[i] ~= DSENT then out[#out + 1] = ssub(kv[i], skip) end
+    end
+  end
+  return '0', res[1]
+end
+
+-- list: state mode cursor count; groups in order, the first continuing from
+-- mode/cursor, the next ones from their start while the page is not full.
+-- -> code, index of the group to continue with, mode, cursor, ids...
+-- (mode 0 and cursor '0': that group is done)
+OPS.list = function(gs, a, rt)
+  local st, mode, cur, n = tonumber(ARGV[a]), ARGV[a + 1], ARGV[a + 2], tonumber(ARGV[a + 3])
+  rt[1], rt[2], rt[3], rt[4] = OK, 0, 0, '0'
+  for gi, g in ipairs(gs) do
+    open(g)
+    mode, cur = listpage(g, st, mode, cur, n - (#rt - 4), rt)
+    rt[2], rt[3], rt[4] = gi, tonumber(mode), cur
+    if cur ~= '0' or #rt - 4 >= n then break end
+  end
+end
+
+-- purge: every job of the groups -> code, how many
+OPS.purge = function(gs, a, rt)
+  local total = 0
+  for _, g in ipairs(gs) do
+    sync(g)
+    if not g.o then g.o = true; g.carried = true; g.c = {} end
+    g.exact = true
+    g.rlen = nil
+    local n = call('HLEN', g.pool)
+    call('UNLINK', g.pool, g.ready, g.delay, g.lease, g.dead)
+    cnt(g, 'deleted', n)
+    total = total + n
+  end
+  rt[1], rt[2] = OK, total
+end
+
+local FIELDS = {'added', 'reserved', 'acked', 'nacked', 'expired', 'dead', 'deleted', 'kicked'}
+-- stats -> code, jobs per state, then the counters, summed over the groups
+OPS.stats = function(gs, a, rt)
+  local s = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+  for _, g in ipairs(gs) do
+    open(g)
+    s[1] = s[1] + zcount(g.delay)
+    s[2] = s[2] + call('LLEN', g.ready)
+    s[3] = s[3] + zcount(g.lease)
+    s[4] = s[4] + call('ZCARD', g.dead)
+    local v = call('HMGET', g.stats, unpack(FIELDS))
+    for i = 1, 8 do
+      s[4 + i] = s[4 + i] + (tonumber(v[i]) or 0) + (g.c[FIELDS[i]] or 0)
+    end
+  end
+  rt[1] = OK
+  for i = 1, 12 do rt[i + 1] = s[i] end
+end
+
+-- carry: bring the groups up to date -> code, jobs held per group
+OPS.carry = function(gs, a, rt)
+  rt[1] = OK
+  for i, g in ipairs(gs) do
+    open(g)
+    g.exact = true
+    rt[i + 1] = call('HLEN', g.pool)
+  end
+end
+
+-- --- the call ----------------------------------------------------------------
+
+local G = tonumber(ARGV[4])
+local groups = {}
+local p = 5
+for i = 1, G do
+  local b = (i - 1) * 6
+  groups[i] = {pool = KEYS[b + 1], ready = KEYS[b + 2], delay = KEYS[b + 3],
+    lease = KEYS[b + 4], dead = KEYS[b + 5], stats = KEYS[b + 6],
+    topic = ARGV[p], shard = ARGV[p + 1], cf = ARGV[p + 2], qa = {}, qr = {}, qd = {}}
+  p = p + 3
+end
+local R = tonumber(ARGV[p])
+p = p + 1
+local rts, one = {}, {}
+for r = 1, R do
+  local op, ng = ARGV[p], tonumber(ARGV[p + 1])
+  p = p + 2
+  local gs = one
+  if ng == 1 then
+    one[1] = groups[tonumber(ARGV[p])]
+    p = p + 1
+  else
+    gs = {}
+    for j = 1, ng do gs[j] = groups[tonumber(ARGV[p])]; p = p + 1 end
+  end
+  local na = tonumber(ARGV[p])
+  p = p + 1
+  local rt = {}
+  rts[r] = rt
+  OPS[op](gs, p, rt)
+  p = p + na
+end
+local info = {}
+for i = 1, G do
+  local g = groups[i]
+  if g.o then
+    local nx, rl = finish(g)
+    info[2 * i - 1] = nx
+    info[2 * i] = rl
+  else
+    info[2 * i - 1] = -2
+    info[2 * i] = -1
+  end
+end
+local res, n = {}, 0
+for r = 1, R do
+  local rt = rts[r]
+  local k = #rt
+  res[n + 1] = k
+  for i = 1, k do res[n + 1 + i] = rt[i] end
+  n = n + 1 + k
+end
+return {res, info}
