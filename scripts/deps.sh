@@ -6,7 +6,8 @@
 set -e
 
 build="gcc make pkg-config libevent-dev libhiredis-dev libjansson-dev"
-test="$build libcmocka-dev python3 python3-pytest python3-redis redis-server redis-tools"
+test="$build libcmocka-dev python3 python3-pytest python3-redis redis-server redis-tools
+      chromium chromium-driver python3-selenium"
 fuzz="$build clang libclang-rt-14-dev"
 bench="$test beanstalkd"
 
