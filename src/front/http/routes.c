@@ -1,0 +1,536 @@
+/* routes.c -- the HTTP route table (DESIGN §8): path and query, call the
+ * core, render JSON.
+ *
+ * Each route is one entry {method, path, flags, body, handler, help}; a
+ * path segment "{topic}" or "{id}" captures that segment, percent-decoded.
+ * A handler turns the request into one core call with the hreq as
+ * privdata, answering at once only what the core cannot know (a body or
+ * query it cannot decode); the core checks every value as it does for
+ * RESP, and a done_* callback renders the result. A handler never touches
+ * the hreq after calling the core: the completion may already have freed
+ * it.
+ */
+#include <errno.h>
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <sys/queue.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/metrics.h"
+#include "front/http/http_int.h"
+#include "lib/base64.h"
+#include "lib/xalloc.h"
+
+#define ROUTE_NOAUTH 1 /* open without the bearer token (/healthz) */
+
+#define MAX_SEGMENTS 8
+
+struct route_args {
+    struct dq_str topic, id;
+    struct evkeyvalq *query;
+    const char *body;
+    size_t body_len;
+};
+
+struct route {
+    int method; /* EVHTTP_REQ_* */
+    const char *path;
+    int flags;
+    int body;   /* enum hj_kind the body decodes as */
+    void (*fn)(struct hreq *r, struct route_args *a);
+    const char *help;
+};
+
+static struct core *core_of(struct hreq *r) { return r->f->core; }
+
+/* --- rendering -------------------------------------------------------------- */
+
+/* body when the bytes are UTF-8, else body_base64. */
+static void set_body(json_t *o, struct dq_str body) {
+    json_t *s = json_stringn(body.p, body.len);
+    if (s) {
+        json_object_set_new(o, "body", s);
+        return;
+    }
+    char *b = xmalloc(BASE64_ENCODED_LEN(body.len) + 1);
+    size_t n = base64_encode(body.p, body.len, b);
+    json_object_set_new(o, "body_base64", json_stringn(b, n));
+    dq_free(b);
+}
+
+/* A string that came through the core's checks (printable ASCII). */
+static json_t *jstr(struct dq_str s) { return json_stringn(s.p, s.len); }
+
+/* The status is an error: replied (returns true). */
+static bool failed(struct hreq *r, const struct dq_result *res) {
+    if (!r->req) { /* the client is gone: drop the reply */
+        hreq_raw(r, 0, NULL, NULL, 0);
+        return true;
+    }
+    if (res->status == DQ_OK) return false;
+    hreq_result_error(r, res);
+    return true;
+}
+
+static void reply_int(struct hreq *r, const struct dq_result *res,
+                      const char *key) {
+    if (failed(r, res)) return;
+    hreq_json(r, 200, json_pack("{sI}", key, (json_int_t)res->n));
+}
+
+static void done_deleted(void *pd, const struct dq_result *res) {
+    reply_int(pd, res, "deleted");
+}
+static void done_acked(void *pd, const struct dq_result *res) {
+    reply_int(pd, res, "acked");
+}
+static void done_deadline(void *pd, const struct dq_result *res) {
+    reply_int(pd, res, "deadline");
+}
+static void done_kicked(void *pd, const struct dq_result *res) {
+    reply_int(pd, res, "kicked");
+}
+static void done_removed(void *pd, const struct dq_result *res) {
+    reply_int(pd, res, "removed");
+}
+
+static void done_state(void *pd, const struct dq_result *res) {
+    struct hreq *r = pd;
+    if (failed(r, res)) return;
+    hreq_json(r, 200, json_pack("{ss}", "state", dq_state_name((int)res->n)));
+}
+
+static void done_add(void *pd, const struct dq_result *res) {
+    struct hreq *r = pd;
+    if (failed(r, res)) return;
+    hreq_json(r, 201, json_pack("{ssso}", "topic", r->topic, "id", jstr(res->id)));
+}
+
+static void done_get(void *pd, const struct dq_result *res) {
+    struct hreq *r = pd;
+    if (failed(r, res)) return;
+    if (res->njobs == 0) {
+        hreq_error(r, 404, "NOTFOUND", "no job with this id in topic '%s'",
+                   r->topic);
+        return;
+    }
+    const struct dq_job *j = &res->jobs[0];
+    json_t *o = json_pack("{soso ss}", "topic", jstr(j->topic), "id",
+                          jstr(j->id), "state", dq_state_name(j->state));
+    set_body(o, j->body);
+    json_object_set_new(o, "due", json_integer(j->due));
+    json_object_set_new(o, "ttr", json_integer(j->ttr));
+    json_object_set_new(o, "retries", json_integer(j->retries));
+    json_object_set_new(o, "attempts", json_integer(j->attempts));
+    json_object_set_new(o, "created", json_integer(j->created));
+    if (j->state == DQ_RESERVED)
+        json_object_set_new(o, "deadline", json_integer(j->deadline));
+    hreq_json(r, 200, o);
+}
+
+static void done_reserve(void *pd, const struct dq_result *res) {
+    struct hreq *r = pd;
+    r->w = NULL;
+    if (r->watch) {
+        event_free(r->watch);
+        r->watch = NULL;
+    }
+    if (failed(r, res)) return;
+    json_t *jobs = json_array();
+    for (size_t i = 0; i < res->njobs; i++) {
+        const struct dq_job *j = &res->jobs[i];
+        json_t *o = json_pack("{soso}", "topic", jstr(j->topic), "id", jstr(j->id));
+        set_body(o, j->body);
+        json_object_set_new(o, "attempts", json_integer(j->attempts));
+        json_object_set_new(o, "deadline", json_integer(j->deadline));
+        json_array_append_new(jobs, o);
+    }
+    hreq_json(r, 200, json_pack("{so}", "jobs", jobs));
+}
+
+static json_t *strs_array(const struct dq_result *res) {
+    json_t *a = json_array();
+    for (size_t i = 0; i < res->nstrs; i++)
+        json_array_append_new(a, jstr(res->strs[i]));
+    return a;
+}
+
+static void done_list(void *pd, const struct dq_result *res) {
+    struct hreq *r = pd;
+    if (failed(r, res)) return;
+    char cur[24];
+    snprintf(cur, sizeof cur, "%" PRIu64, res->cursor);
+    hreq_json(r, 200, json_pack("{ssso}", "cursor", cur, "ids", strs_array(res)));
+}
+
+static void done_topics(void *pd, const struct dq_result *res) {
+    struct hreq *r = pd;
+    if (failed(r, res)) return;
+    hreq_json(r, 200, json_pack("{so}", "topics", strs_array(res)));
+}
+
+static void done_stats(void *pd, const struct dq_result *res) {
+    struct hreq *r = pd;
+    if (failed(r, res)) return;
+    const struct dq_stats *s = res->stats;
+    hreq_json(r, 200,
+              json_pack("{sIsIsIsI sIsIsIsI sIsIsIsI}",
+                        "jobs_delayed", (json_int_t)s->jobs[DQ_DELAYED],
+                        "jobs_ready", (json_int_t)s->jobs[DQ_READY],
+                        "jobs_reserved", (json_int_t)s->jobs[DQ_RESERVED],
+                        "jobs_dead", (json_int_t)s->jobs[DQ_DEAD],
+                        "added", (json_int_t)s->added,
+                        "reserved", (json_int_t)s->reserved,
+                        "acked", (json_int_t)s->acked,
+                        "nacked", (json_int_t)s->nacked,
+                        "expired", (json_int_t)s->expired,
+                        "dead", (json_int_t)s->dead,
+                        "deleted", (json_int_t)s->deleted,
+                        "kicked", (json_int_t)s->kicked));
+}
+
+static void done_health(void *pd, const struct dq_result *res) {
+    struct hreq *r = pd;
+    if (failed(r, res)) return;
+    hreq_json(r, 200, json_pack("{ssss}", "status", "ok", "store",
+                                core_store_name(core_of(r))));
+}
+
+static void done_metrics(void *pd, const struct core_snapshot *s) {
+    struct hreq *r = pd;
+    if (!r->req || !r->f) {
+        hreq_raw(r, 0, NULL, NULL, 0); /* the client is gone */
+        return;
+    }
+    struct buf out = BUF_INIT;
+    prom_render(&out, core_metrics(core_of(r)), s);
+    hreq_raw(r, 200, "text/plain; version=0.0.4; charset=utf-8", out.p, out.len);
+    buf_free(&out);
+}
+
+/* --- query strings ------------------------------------------------------------ */
+
+/* Every query parameter is one of `allowed` (NULL-terminated). */
+static bool query_known(struct hreq *r, struct evkeyvalq *q,
+                        const char *const *allowed) {
+    for (struct evkeyval *kv = q->tqh_first; kv; kv = kv->next.tqe_next) {
+        bool ok = false;
+        for (int i = 0; allowed[i] && !ok; i++) ok = !strcmp(kv->key, allowed[i]);
+        if (!ok) {
+            hreq_error(r, 400, "ERR", "unknown query parameter '%.40s'", kv->key);
+            return false;
+        }
+    }
+    return true;
+}
+
+/* A non-negative decimal integer parameter; *out untouched when absent. */
+static bool query_u64(struct hreq *r, struct evkeyvalq *q, const char *name,
+                      uint64_t *out) {
+    const char *v = evhttp_find_header(q, name);
+    if (!v) return true;
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(v, &end, 10);
+    if (v[0] < '0' || v[0] > '9' || *end || errno) {
+        hreq_error(r, 400, "ERR", "invalid %s '%.40s': expected an integer",
+                   name, v);
+        return false;
+    }
+    *out = x;
+    return true;
+}
+
+/* --- handlers ----------------------------------------------------------------- */
+
+static void keep_topic(struct hreq *r, struct dq_str t) {
+    size_t n = t.len < DQ_TOPIC_MAX ? t.len : DQ_TOPIC_MAX;
+    memcpy(r->topic, t.p, n);
+    r->topic[n] = '\0';
+}
+
+static void h_add(struct hreq *r, struct route_args *a) {
+    keep_topic(r, a->topic);
+    r->in.add.topic = a->topic;
+    core_add(core_of(r), &r->in.add, done_add, r);
+}
+
+static void h_get(struct hreq *r, struct route_args *a) {
+    keep_topic(r, a->topic);
+    core_get(core_of(r), a->topic, a->id, done_get, r);
+}
+
+static void h_del(struct hreq *r, struct route_args *a) {
+    core_del(core_of(r), a->topic, &a->id, 1, done_deleted, r);
+}
+
+static void h_ack(struct hreq *r, struct route_args *a) {
+    core_ack(core_of(r), a->topic, &a->id, 1, done_acked, r);
+}
+
+static void h_nack(struct hreq *r, struct route_args *a) {
+    core_nack(core_of(r), a->topic, a->id, r->in.delay, done_state, r);
+}
+
+static void h_touch(struct hreq *r, struct route_args *a) {
+    core_touch(core_of(r), a->topic, a->id, r->in.ttr, done_deadline, r);
+}
+
+static void h_kick(struct hreq *r, struct route_args *a) {
+    core_kick(core_of(r), a->topic, r->in.count, done_kicked, r);
+}
+
+static void h_purge(struct hreq *r, struct route_args *a) {
+    core_purge(core_of(r), a->topic, done_removed, r);
+}
+
+#define RESERVE_DEFAULT_TIMEOUT_MS 30000
+
+static void h_reserve(struct hreq *r, struct route_args *a) {
+    int64_t timeout = r->in.timeout == CORE_UNSET ? RESERVE_DEFAULT_TIMEOUT_MS
+                                                  : r->in.timeout;
+    struct core_wait *w = core_reserve(core_of(r), r->in.topics, r->in.ntopics,
+                                       r->in.count, timeout, done_reserve, r);
+    if (w) { /* else r is answered and gone */
+        r->w = w;
+        hreq_watch(r);
+    }
+}
+
+static void h_list(struct hreq *r, struct route_args *a) {
+    static const char *const allowed[] = {"state", "count", "cursor", NULL};
+    uint64_t count = 0, cursor = 0;
+    if (!query_known(r, a->query, allowed) ||
+        !query_u64(r, a->query, "count", &count) ||
+        !query_u64(r, a->query, "cursor", &cursor))
+        return;
+    const char *state = evhttp_find_header(a->query, "state");
+    if (!state) {
+        hreq_error(r, 400, "ERR", "missing state: expected ?state=delayed, "
+                                  "ready, reserved or dead");
+        return;
+    }
+    int64_t n = evhttp_find_header(a->query, "count")
+                    ? (count > INT64_MAX ? INT64_MAX : (int64_t)count)
+                    : CORE_UNSET;
+    core_list(core_of(r), a->topic, (struct dq_str){state, strlen(state)}, n,
+              cursor, done_list, r);
+}
+
+static void h_topics(struct hreq *r, struct route_args *a) {
+    core_topics(core_of(r), done_topics, r);
+}
+
+static void h_stats(struct hreq *r, struct route_args *a) {
+    static const char *const allowed[] = {"topic", NULL};
+    if (!query_known(r, a->query, allowed)) return;
+    const char *t = evhttp_find_header(a->query, "topic");
+    if (t && !*t) {
+        hreq_error(r, 400, "ERR", "invalid topic '': expected 1-%d "
+                                  "characters of [A-Za-z0-9._:-]", DQ_TOPIC_MAX);
+        return;
+    }
+    core_stats(core_of(r), (struct dq_str){t ? t : "", t ? strlen(t) : 0},
+               done_stats, r);
+}
+
+static void h_health(struct hreq *r, struct route_args *a) {
+    core_topics(core_of(r), done_health, r);
+}
+
+static void h_metrics(struct hreq *r, struct route_args *a) {
+    core_snapshot(core_of(r), done_metrics, r);
+}
+
+static const struct route routes[] = {
+    {EVHTTP_REQ_POST, "/v1/topics/{topic}/jobs", 0, HJ_ADD, h_add,
+     "add a job: {id?, body | body_base64, delay?, at?, ttr?, retries?, "
+     "backoff?, replace?}"},
+    {EVHTTP_REQ_GET, "/v1/topics/{topic}/jobs", 0, HJ_NONE, h_list,
+     "ids of a topic's jobs in a state: ?state=S&count=N&cursor=C"},
+    {EVHTTP_REQ_GET, "/v1/topics/{topic}/jobs/{id}", 0, HJ_NONE, h_get,
+     "a job's fields"},
+    {EVHTTP_REQ_DELETE, "/v1/topics/{topic}/jobs/{id}", 0, HJ_NONE, h_del,
+     "delete a job in any state"},
+    {EVHTTP_REQ_POST, "/v1/topics/{topic}/jobs/{id}/ack", 0, HJ_NONE, h_ack,
+     "a job is done: remove it"},
+    {EVHTTP_REQ_POST, "/v1/topics/{topic}/jobs/{id}/nack", 0, HJ_NACK, h_nack,
+     "a job failed: retry after {delay?} or its backoff"},
+    {EVHTTP_REQ_POST, "/v1/topics/{topic}/jobs/{id}/touch", 0, HJ_TOUCH,
+     h_touch, "extend a lease by {ttr?} or the job's own"},
+    {EVHTTP_REQ_POST, "/v1/topics/{topic}/kick", 0, HJ_KICK, h_kick,
+     "move {count?} dead jobs back to ready"},
+    {EVHTTP_REQ_DELETE, "/v1/topics/{topic}", 0, HJ_NONE, h_purge,
+     "remove every job of a topic"},
+    {EVHTTP_REQ_POST, "/v1/reserve", 0, HJ_RESERVE, h_reserve,
+     "take ready jobs: {topics, timeout? (30 s), count?}"},
+    {EVHTTP_REQ_GET, "/v1/topics", 0, HJ_NONE, h_topics,
+     "topics holding at least one job"},
+    {EVHTTP_REQ_GET, "/v1/stats", 0, HJ_NONE, h_stats,
+     "jobs per state and counters: ?topic=T"},
+    {EVHTTP_REQ_GET, "/healthz", ROUTE_NOAUTH, HJ_NONE, h_health,
+     "200 when the store answers, else 503"},
+    {EVHTTP_REQ_GET, "/metrics", 0, HJ_NONE, h_metrics,
+     "Prometheus text format 0.0.4"},
+};
+#define NROUTES (sizeof routes / sizeof routes[0])
+
+/* --- matching ------------------------------------------------------------------- */
+
+struct path {
+    char *seg[MAX_SEGMENTS]; /* percent-decoded, malloc'd by evhttp */
+    size_t len[MAX_SEGMENTS];
+    int n;
+};
+
+static void path_free(struct path *p) {
+    for (int i = 0; i < p->n; i++) free(p->seg[i]);
+    p->n = 0;
+}
+
+/* Splits "/a/b%2Fc/d" into decoded segments; false if there are too many. */
+static bool path_split(const char *raw, struct path *p) {
+    p->n = 0;
+    const char *s = raw;
+    while (*s == '/') {
+        s++;
+        const char *e = strchr(s, '/');
+        size_t n = e ? (size_t)(e - s) : strlen(s);
+        if (p->n == MAX_SEGMENTS) return false;
+        char *tmp = xmalloc(n + 1);
+        memcpy(tmp, s, n);
+        tmp[n] = '\0';
+        size_t out = 0;
+        p->seg[p->n] = evhttp_uridecode(tmp, 0, &out);
+        dq_free(tmp);
+        if (!p->seg[p->n]) return false;
+        p->len[p->n++] = out;
+        s += n;
+    }
+    return true;
+}
+
+/* Whether path p has the shape of pattern (captures into a). */
+static bool match(const char *pattern, const struct path *p,
+                  struct route_args *a) {
+    int i = 0;
+    for (const char *s = pattern; *s == '/'; i++) {
+        s++;
+        const char *e = strchr(s, '/');
+        size_t n = e ? (size_t)(e - s) : strlen(s);
+        if (i >= p->n) return false;
+        struct dq_str seg = {p->seg[i], p->len[i]};
+        if (n == 7 && !memcmp(s, "{topic}", 7)) a->topic = seg;
+        else if (n == 4 && !memcmp(s, "{id}", 4)) a->id = seg;
+        else if (p->len[i] != n || memcmp(p->seg[i], s, n)) return false;
+        s += n;
+    }
+    return i == p->n;
+}
+
+static bool authorized(struct hreq *r) {
+    const char *pass = r->f->cfg.requirepass;
+    if (!pass) return true;
+    const char *h = evhttp_find_header(evhttp_request_get_input_headers(r->req),
+                                       "Authorization");
+    if (!h || strncasecmp(h, "Bearer ", 7) != 0) return false;
+    h += 7;
+    size_t n = strlen(pass);
+    if (strlen(h) != n) return false;
+    unsigned char diff = 0; /* in constant time */
+    for (size_t i = 0; i < n; i++) diff |= (unsigned char)(h[i] ^ pass[i]);
+    return diff == 0;
+}
+
+static const char *method_name(int m) {
+    switch (m) {
+    case EVHTTP_REQ_GET: return "GET";
+    case EVHTTP_REQ_POST: return "POST";
+    case EVHTTP_REQ_DELETE: return "DELETE";
+    default: return "HEAD";
+    }
+}
+
+void route_dispatch(struct hreq *r) {
+    struct evhttp_request *req = r->req;
+    int method = evhttp_request_get_command(req);
+    if (method == EVHTTP_REQ_HEAD) method = EVHTTP_REQ_GET;
+    const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
+    const char *raw = uri ? evhttp_uri_get_path(uri) : NULL;
+    struct path p = {0};
+    if (!raw || !path_split(raw, &p)) {
+        path_free(&p);
+        hreq_error(r, 404, "NOTFOUND", "no such route (see docs/http.md)");
+        return;
+    }
+    const struct route *rt = NULL;
+    struct route_args a = {0};
+    char allow[64] = "";
+    size_t nallow = 0;
+    for (size_t i = 0; i < NROUTES; i++) {
+        struct route_args t = {0};
+        if (!match(routes[i].path, &p, &t)) continue;
+        if (routes[i].method == method) {
+            rt = &routes[i];
+            a = t;
+            break;
+        }
+        nallow += (size_t)snprintf(allow + nallow, sizeof allow - nallow, "%s%s",
+                                   nallow ? ", " : "", method_name(routes[i].method));
+    }
+    if (!rt) {
+        path_free(&p);
+        if (nallow) {
+            evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", allow);
+            hreq_error(r, 405, "ERR", "method %s not allowed here (allowed: %s)",
+                       method_name(method), allow);
+        } else {
+            hreq_error(r, 404, "NOTFOUND", "no such route (see docs/http.md)");
+        }
+        return;
+    }
+    if (!(rt->flags & ROUTE_NOAUTH) && !authorized(r)) {
+        path_free(&p);
+        evhttp_add_header(evhttp_request_get_output_headers(req),
+                          "WWW-Authenticate", "Bearer");
+        hreq_error(r, 401, "NOAUTH", "authentication required: send "
+                                     "Authorization: Bearer <--requirepass>");
+        return;
+    }
+    struct evbuffer *in = evhttp_request_get_input_buffer(req);
+    size_t len = evbuffer_get_length(in);
+    const char *body = len ? (const char *)evbuffer_pullup(in, -1) : "";
+    char err[300];
+    if (hj_decode(rt->body, body, len, &r->in, err, sizeof err) != 0) {
+        path_free(&p);
+        hreq_error(r, 400, "ERR", "%s", err);
+        return;
+    }
+    struct evkeyvalq q = {0};
+    TAILQ_INIT(&q);
+    const char *qs = evhttp_uri_get_query(uri);
+    if (qs && evhttp_parse_query_str(qs, &q) != 0) {
+        path_free(&p);
+        evhttp_clear_headers(&q);
+        hreq_error(r, 400, "ERR", "malformed query string");
+        return;
+    }
+    if (rt->fn != h_list && rt->fn != h_stats && q.tqh_first) {
+        static const char *const none[] = {NULL};
+        query_known(r, &q, none); /* replies: this route takes none */
+        evhttp_clear_headers(&q);
+        path_free(&p);
+        return;
+    }
+    a.query = &q;
+    a.body = body;
+    a.body_len = len;
+    rt->fn(r, &a); /* r may be gone now */
+    evhttp_clear_headers(&q);
+    path_free(&p);
+}
