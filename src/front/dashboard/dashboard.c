@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
+#include <sys/queue.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -45,6 +46,9 @@ const struct dash_asset *dashboard_find(const char *path) {
         if (strcmp(path, assets[i].path) == 0) return &assets[i];
     return NULL;
 }
+
+/* Jobs from which memory per job (RSS / jobs) is shown. */
+#define DASH_PER_JOB_MIN 10000
 
 /* --- GET /v1/server ---------------------------------------------------------- */
 
@@ -105,7 +109,10 @@ void *dashboard_server_json(struct core *c, const struct core_snapshot *s,
     uint64_t jobs = 0;
     for (int i = 0; i < DQ_NSTATES; i++) jobs += s->total.jobs[i];
     uint64_t rss = rss_bytes();
-    json_t *per_job = jobs && rss ? json_real((double)rss / (double)jobs) : json_null();
+    /* below that, the process's fixed cost would dominate the quotient */
+    json_t *per_job = jobs >= DASH_PER_JOB_MIN && rss
+                          ? json_real((double)rss / (double)jobs)
+                          : json_null();
     int64_t uptime = (ds->now - ds->started) / 1000;
     return json_pack(
         "{ss ss sI sI s{ss sb so} sI sI sI so so so so so}",

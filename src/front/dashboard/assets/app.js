@@ -320,13 +320,13 @@ function overviewView() {
     el('section', {class: 'panel', id: 'server-panel'}, el('h2', {}, 'Server'), server),
     el('section', {class: 'panel'}, el('h2', {}, 'Throughput, jobs/s ', rateNow), tput,
       el('div', {class: 'legend'},
-        el('span', {}, el('i', {style: 'background:#2f6fdd'}), 'added'),
-        el('span', {}, el('i', {style: 'background:#b7791f'}), 'reserved'),
-        el('span', {}, el('i', {style: 'background:#23864a'}), 'acked'))),
+        el('span', {}, el('i', {class: 'c-blue'}), 'added'),
+        el('span', {}, el('i', {class: 'c-amber'}), 'reserved'),
+        el('span', {}, el('i', {class: 'c-green'}), 'acked'))),
     el('section', {class: 'panel'}, el('h2', {}, 'Fire lag ', lagNow), lag,
       el('div', {class: 'legend'},
-        el('span', {}, el('i', {style: 'background:#2f6fdd'}), 'p50'),
-        el('span', {}, el('i', {style: 'background:#c93a32'}), 'p99'),
+        el('span', {}, el('i', {class: 'c-blue'}), 'p50'),
+        el('span', {}, el('i', {class: 'c-red'}), 'p99'),
         el('span', {}, 'how late jobs were handed out after their due time')))));
 
   const count = el('span', {class: 'muted', id: 'topic-count'});
@@ -414,7 +414,8 @@ function overviewView() {
       prevTopics.set(t.topic, {now: o.now, counters: t.counters});
       return el('tr', {'data-topic': t.topic},
         el('td', {}, el('a', {href: '#/topic/' + enc(t.topic)}, t.topic)),
-        ...STATES.map((s) => el('td', {class: 'num s-' + s, 'data-state': s}, fmtInt(t.jobs[s]))),
+        ...STATES.map((s) => el('td', {class: 'num ' + (t.jobs[s] ? 's-' + s : 'muted'), 'data-state': s},
+          fmtInt(t.jobs[s]))),
         el('td', {class: 'num'}, t.oldest_ready ? fmtDuration(o.now - t.oldest_ready) : '–'),
         el('td', {class: 'num'}, fmtRate(r.added)),
         el('td', {class: 'num'}, fmtRate(r.acked)),
@@ -596,8 +597,11 @@ function topicView(topic, state, jobId) {
   }
 
   renderTabs();
-  loadPage().catch(showErr);
-  if (jobId) showJob(jobId);
+  /* the mode (read-only or not) decides which actions the detail shows */
+  (serverInfo ? Promise.resolve() : pollServer()).then(() => {
+    loadPage().catch(showErr);
+    if (jobId) showJob(jobId);
+  }, showErr);
   return {root, poll, crumbs: [el('a', {href: '#/topic/' + enc(topic)}, topic)]};
 }
 
