@@ -35,6 +35,10 @@ function fmtInt(n) {
   return n === null || n === undefined ? '–' : Number(n).toLocaleString('en-US');
 }
 
+function plural(n, word) {
+  return fmtInt(n) + ' ' + word + (n === 1 ? '' : 's');
+}
+
 function fmtBytes(n) {
   if (n === null || n === undefined) return '–';
   const u = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
@@ -172,13 +176,14 @@ const readonly = () => serverInfo && serverInfo.dashboard === 'readonly';
 /* Shows a dialog; resolves with the form's FormData on OK, or null. `run`
  * (optional) performs the action: the dialog stays open with the error
  * when it throws. */
-function dialog(title, body, okText, run) {
+function dialog(title, body, okText, run, okClass) {
   return new Promise((resolve) => {
     const m = $('modal'), form = $('modal-form');
     $('modal-title').textContent = title;
     const b = $('modal-body');
     b.replaceChildren(...(Array.isArray(body) ? body : [body]));
     $('modal-ok').textContent = okText;
+    $('modal-ok').className = okClass || 'danger';
     m.hidden = false;
     const first = b.querySelector('input, textarea');
     (first || $('modal-ok')).focus();
@@ -250,6 +255,12 @@ function drawChart(canvas, series, fmt) {
       pen = true;
     });
     g.stroke();
+    if (pen && s.data.length) { /* the latest reading, visible even alone */
+      const v = s.data[s.data.length - 1];
+      const y = padT + (h - padT - padB) * (1 - v / max);
+      g.fillStyle = s.color;
+      g.beginPath(); g.arc(w - 2, y, 2.5, 0, 2 * Math.PI); g.fill();
+    }
   }
 }
 
@@ -470,8 +481,8 @@ function topicView(topic, state, jobId) {
     el('section', {class: 'panel'},
       el('div', {class: 'toolbar'}, el('h2', {class: 'grow'}, 'Jobs'), lookup),
       tabs,
-      el('table', {}, el('thead', {}, el('tr', {}, el('th', {}, 'id'), el('th', {}, 'due'),
-        el('th', {class: 'num'}, 'attempts'))), tbody),
+      el('div', {class: 'scroll'}, el('table', {}, el('thead', {}, el('tr', {}, el('th', {}, 'id'),
+        el('th', {}, 'due'), el('th', {class: 'num'}, 'attempts'))), tbody)),
       el('div', {class: 'pager'}, first, pageInfo, next, el('span', {class: 'grow'}), refresh)),
     detail));
 
@@ -539,7 +550,7 @@ function topicView(topic, state, jobId) {
       const r = await api('POST', topicPath(topic) + '/kick', {});
       flash(fmtInt(r.kicked) + ' job(s) kicked back to ready', 'info');
       refreshAll();
-    }));
+    }, 'primary'));
   purge.addEventListener('click', () => dialog('Purge ' + topic + '?',
     [el('p', {}, 'This deletes every job of the topic, in every state. It cannot be undone.'),
       el('label', {for: 'confirm-topic'}, 'Type the topic name to confirm'),
@@ -635,7 +646,7 @@ function jobDetail(j, after) {
   let bodyView;
   if (j.body_base64 !== undefined) {
     const bytes = b64bytes(j.body_base64);
-    bodyView = [el('h2', {}, 'Body ', el('span', {class: 'sub'}, fmtInt(bytes.length) + ' bytes, binary')),
+    bodyView = [el('h2', {}, 'Body ', el('span', {class: 'sub'}, plural(bytes.length, 'byte') + ', binary')),
       el('pre', {class: 'body hex', id: 'job-body'}, hexDump(bytes.subarray(0, 64 * 1024)) +
         (bytes.length > 64 * 1024 ? '\n… (first 64 KiB shown)' : ''))];
   } else {
@@ -644,7 +655,7 @@ function jobDetail(j, after) {
       const v = JSON.parse(text);
       if (v !== null && typeof v === 'object') { text = JSON.stringify(v, null, 2); kind = 'JSON'; }
     } catch (e) { /* not JSON: shown as it is */ }
-    bodyView = [el('h2', {}, 'Body ', el('span', {class: 'sub'}, fmtInt(new TextEncoder().encode(j.body || '').length) + ' bytes, ' + kind)),
+    bodyView = [el('h2', {}, 'Body ', el('span', {class: 'sub'}, plural(new TextEncoder().encode(j.body || '').length, 'byte') + ', ' + kind)),
       el('pre', {class: 'body', id: 'job-body'}, text)];
   }
 
@@ -682,7 +693,7 @@ function kickJob(j, after) {
       await api('POST', topicPath(j.topic) + '/jobs', add);
       flash('job ' + j.id + ' kicked back to ready', 'info');
       after();
-    });
+    }, 'primary');
 }
 
 function addJobDialog(topic, after) {
@@ -705,7 +716,7 @@ function addJobDialog(topic, after) {
     const r = await api('POST', topicPath(t) + '/jobs', req);
     flash('job ' + r.id + ' added to ' + r.topic, 'info');
     if (after) after();
-  });
+  }, 'primary');
 }
 
 /* ---- routing and polling ---------------------------------------------------- */
