@@ -44,7 +44,8 @@ def driver():
 class Dash:
     """A server with its HTTP port, and the browser pointed at it."""
 
-    def __init__(self, srv, port, driver):
+    def __init__(self, srv, port, driver, store):
+        self.store = store
         self.srv = srv
         self.port = port
         self.base = "http://127.0.0.1:%d" % port
@@ -71,7 +72,7 @@ class Dash:
         return els[0].text if els else None
 
     def shot(self, name):
-        self.d.save_screenshot(os.path.join(SHOTS, name + ".png"))
+        self.d.save_screenshot(os.path.join(SHOTS, "%s-%s.png" % (name, self.store)))
 
     def http(self, method, path, body=None, headers=None):
         """(status, parsed JSON or raw bytes) of a request made outside the browser."""
@@ -109,11 +110,11 @@ class Dash:
 
 
 @pytest.fixture
-def dash(make_server, driver):
+def dash(make_server, driver, store):
     def start(*flags):
         port = free_port()
         srv = make_server("--http-port", port, *flags)
-        return Dash(srv, port, driver)
+        return Dash(srv, port, driver, store.name)
     return start
 
 

@@ -317,6 +317,13 @@ async function pollServer() {
   return s;
 }
 
+/* How long the next ready job of a topic has waited since it was due. */
+function oldest(t, now) {
+  if (!t.jobs.ready) return '–';
+  if (!t.oldest_ready) return el('span', {class: 'muted', title: 'this store does not say'}, 'n/a');
+  return fmtDuration(Math.max(0, now - t.oldest_ready));
+}
+
 /* ---- overview ------------------------------------------------------------- */
 
 function overviewView() {
@@ -427,7 +434,7 @@ function overviewView() {
         el('td', {}, el('a', {href: '#/topic/' + enc(t.topic)}, t.topic)),
         ...STATES.map((s) => el('td', {class: 'num ' + (t.jobs[s] ? 's-' + s : 'muted'), 'data-state': s},
           fmtInt(t.jobs[s]))),
-        el('td', {class: 'num'}, t.oldest_ready ? fmtDuration(o.now - t.oldest_ready) : '–'),
+        el('td', {class: 'num'}, oldest(t, o.now)),
         el('td', {class: 'num'}, fmtRate(r.added)),
         el('td', {class: 'num'}, fmtRate(r.acked)),
         el('td', {class: 'num'}, fmtRate(r.dead)));
@@ -595,7 +602,7 @@ function topicView(topic, state, jobId) {
     const c = t.counters;
     counts.replaceChildren(
       el('dt', {}, 'jobs'), el('dd', {id: 'topic-counts'}, STATES.map((s) => fmtInt(t.jobs[s]) + ' ' + s).join(' · ')),
-      el('dt', {}, 'oldest ready'), el('dd', {}, t.oldest_ready ? fmtDuration(o.now - t.oldest_ready) + ' waiting' : '–'),
+      el('dt', {}, 'oldest ready'), el('dd', {}, oldest(t, o.now)),
       el('dt', {}, 'since start'), el('dd', {}, ['added', 'reserved', 'acked', 'nacked', 'expired', 'dead', 'kicked', 'deleted']
         .filter((k) => c[k] !== undefined).map((k) => fmtInt(c[k]) + ' ' + k).join(' · ')));
     renderTabs();
