@@ -42,7 +42,7 @@ static struct call *call_new(struct core *c, int cmd, core_cb *cb, void *pd) {
     k->cb = cb;
     k->pd = pd;
     k->cmd = cmd;
-    k->start_us = clock_us();
+    k->start_us = clock_mono_us();
     return k;
 }
 
@@ -62,7 +62,7 @@ static void call_done(void *pd, const struct dq_result *res) {
     struct call *k = pd;
     core_cb *cb = k->cb;
     void *upd = k->pd;
-    metrics_command(k->core->metrics, k->cmd, clock_us() - k->start_us,
+    metrics_command(k->core->metrics, k->cmd, clock_mono_us() - k->start_us,
                     res->status);
     core_note_store(k->core, res->status);
     call_free(k);

@@ -174,7 +174,7 @@ static void reserve_cb(void *pd, const struct dq_result *res) {
     struct core_wait *w = pd;
     struct core *c = w->core;
     w->inflight = false;
-    metrics_command(c->metrics, M_RESERVE, clock_us() - w->start_us,
+    metrics_command(c->metrics, M_RESERVE, clock_mono_us() - w->start_us,
                     res->status);
     if (!w->cb) { /* the client went away: give the jobs back */
         for (size_t i = 0; i < res->njobs; i++)
@@ -213,7 +213,7 @@ static void reserve_cb(void *pd, const struct dq_result *res) {
 static void attempt(struct core_wait *w) {
     struct core *c = w->core;
     w->inflight = true;
-    w->start_us = clock_us();
+    w->start_us = clock_mono_us();
     c->ops->reserve(c->store, w->topics, w->ntopics, w->count, reserve_cb, w);
 }
 

@@ -1,4 +1,5 @@
-/* clock.h -- the wall clock, in the units the job model uses. */
+/* clock.h -- the wall clock, in the units the job model uses, and a
+ * monotonic one for measuring durations and timeouts. */
 #ifndef DQ_CLOCK_H
 #define DQ_CLOCK_H
 
@@ -8,5 +9,10 @@
 int64_t clock_ms(void);
 /* Unix time in microseconds (CLOCK_REALTIME). */
 int64_t clock_us(void);
+/* A monotonic clock in microseconds (CLOCK_MONOTONIC): for durations and
+ * timeouts, never for due times. */
+int64_t clock_mono_us(void);
+/* The same in milliseconds. */
+int64_t clock_mono_ms(void);
 
 #endif

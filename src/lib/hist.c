@@ -10,13 +10,11 @@ void hist_init(struct hist *h, const double *bounds, int nbounds) {
 }
 
 void hist_observe(struct hist *h, double v) {
-    int lo = 0, hi = h->nbounds; /* first bound >= v, by bisection */
-    while (lo < hi) {
-        int mid = (lo + hi) / 2;
-        if (h->bounds[mid] < v) lo = mid + 1;
-        else hi = mid;
-    }
-    h->counts[lo]++;
+    /* first bound >= v, from the bottom: most observations (durations,
+     * lateness) fall in the first few buckets */
+    int i = 0;
+    while (i < h->nbounds && h->bounds[i] < v) i++;
+    h->counts[i]++;
     h->count++;
     h->sum += v;
 }
