@@ -17,7 +17,7 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
-from conftest import REPO, free_port, pairs, wait_until
+from conftest import REPO, pairs, wait_until
 
 SHOTS = os.path.join(REPO, "build", "dashboard")
 CHROMEDRIVER = os.environ.get("CHROMEDRIVER", "/usr/bin/chromedriver")
@@ -68,8 +68,15 @@ class Dash:
         return self.d.find_elements(By.CSS_SELECTOR, css)
 
     def text(self, css):
-        els = self.finds(css)
-        return els[0].text if els else None
+        """The text of the first match, read in one step (the page re-renders as it polls)."""
+        return self.d.execute_script(
+            "const e = document.querySelector(arguments[0]); return e ? e.innerText.trim() : null;", css)
+
+    def attrs(self, css, name):
+        """The attribute `name` of every match, read in one step."""
+        return self.d.execute_script(
+            "return [...document.querySelectorAll(arguments[0])].map((e) => e.getAttribute(arguments[1]));",
+            css, name)
 
     def shot(self, name):
         self.d.save_screenshot(os.path.join(SHOTS, "%s-%s.png" % (name, self.store)))
@@ -112,9 +119,8 @@ class Dash:
 @pytest.fixture
 def dash(make_server, driver, store):
     def start(*flags):
-        port = free_port()
-        srv = make_server("--http-port", port, *flags)
-        return Dash(srv, port, driver, store.name)
+        srv = make_server(*flags)
+        return Dash(srv, srv.http_port, driver, store.name)
     return start
 
 
@@ -149,7 +155,7 @@ def test_overview_lists_topics_with_counts(dash):
     assert cell(d, "dash-mail", "dead") == "1"
     assert cell(d, "dash-mail", "delayed") == "1"
     # sorted by backlog: the topic with ready jobs first
-    rows = [tr.get_attribute("data-topic") for tr in d.finds("#topics tr[data-topic]")]
+    rows = d.attrs("#topics tr[data-topic]", "data-topic")
     assert rows == ["dash-orders", "dash-mail"]
     # the server panel and both charts are there; a change shows on the next poll
     assert "jobs" in d.text("#server-kv")
@@ -173,7 +179,7 @@ def test_paging_walks_every_job_of_a_500_job_topic(dash):
     while True:
         d.wait(lambda _: (d.text("#page-info") or "").startswith("page %d " % page),
                "page %d" % page)
-        seen += [tr.get_attribute("data-id") for tr in d.finds("#jobs tr[data-id]")]
+        seen += d.attrs("#jobs tr[data-id]", "data-id")
         if page == 2:
             d.shot("topic-paging")
         if not d.find("#page-next").is_enabled():
