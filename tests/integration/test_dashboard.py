@@ -359,6 +359,10 @@ def test_assets_routes_and_off(dash):
     assert st == 400 and "sort" in body["message"]
     st, body = d.http("GET", "/v1/overview?limit=0")
     assert st == 400 and "limit" in body["message"]
+    st, body = d.http("GET", "/v1/overview?topic=no%20spaces")
+    assert st == 400 and "topic" in body["message"], body
+    st, body = d.http("GET", "/v1/overview?topic=nosuch")
+    assert st == 200 and body["topics"] == [] and body["matched"] == 0
     st, body = d.http("GET", "/v1/overview?colour=red")
     assert st == 400 and "colour" in body["message"]
     for i in range(30):
@@ -372,7 +376,7 @@ def test_assets_routes_and_off(dash):
     st, body = d.http("GET", "/v1/overview?sort=name&match=t2")
     assert body["matched"] == 10 and body["topics"][0]["topic"] == "t20"
     st, body = d.http("GET", "/v1/server")
-    assert st == 200 and body["jobs"]["total"] == 31 and body["topics"] == 30
+    assert st == 200 and body["jobs"]["total"] == 31 and body["totals"]["added"] == 31
     assert body["store"]["up"] is True and body["dashboard"] == "on"
     assert len(body["fire_lag"]["buckets"]) == len(body["fire_lag"]["bounds"]) + 1
 

@@ -102,12 +102,12 @@ static json_t *hist_json(const struct hist *h) {
                      "count", (json_int_t)h->count, "sum", h->sum);
 }
 
-void *dashboard_server_json(struct core *c, const struct core_snapshot *s,
+void *dashboard_server_json(struct core *c, const struct dq_stats *total,
                             const struct dash_server *ds) {
     json_t *info = json_object();
     core_store_info(c, info_emit, info);
     uint64_t jobs = 0;
-    for (int i = 0; i < DQ_NSTATES; i++) jobs += s->total.jobs[i];
+    for (int i = 0; i < DQ_NSTATES; i++) jobs += total->jobs[i];
     uint64_t rss = rss_bytes();
     /* below that, the process's fixed cost would dominate the quotient */
     json_t *per_job = jobs >= DASH_PER_JOB_MIN && rss
@@ -115,7 +115,7 @@ void *dashboard_server_json(struct core *c, const struct core_snapshot *s,
                           : json_null();
     int64_t uptime = (ds->now - ds->started) / 1000;
     return json_pack(
-        "{ss ss sI sI s{ss sb so} sI sI sI so so so so so}",
+        "{ss ss sI sI s{ss sb so} sI sI sI so so so so}",
         "version", ds->version,
         "dashboard", ds->mode,
         "now", (json_int_t)ds->now,
@@ -126,9 +126,8 @@ void *dashboard_server_json(struct core *c, const struct core_snapshot *s,
         "blocked", (json_int_t)core_blocked(c),
         "rss_bytes", (json_int_t)rss,
         "memory_per_job", per_job,
-        "jobs", jobs_json(&s->total),
-        "totals", counters_json(&s->total),
-        "topics", json_integer((json_int_t)s->ntopics),
+        "jobs", jobs_json(total),
+        "totals", counters_json(total),
         "fire_lag", hist_json(metrics_fire_lag_all(core_metrics(c))));
 }
 

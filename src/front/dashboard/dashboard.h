@@ -27,6 +27,7 @@
 
 struct core;
 struct core_snapshot;
+struct dq_stats;
 
 /* One embedded file. data is NUL-terminated (not counted in len). */
 struct dash_asset {
@@ -49,10 +50,11 @@ struct dash_server {
     int64_t clients;         /* connected, every front end */
 };
 
-/* GET /v1/server from a snapshot of the store (s->status DQ_OK). Returns a
- * new json_t * (the caller owns it; void * so that this header needs no
- * jansson), or NULL when out of memory. */
-void *dashboard_server_json(struct core *c, const struct core_snapshot *s,
+/* GET /v1/server from the store's STATS over all topics (one store call,
+ * whatever the number of topics). Returns a new json_t * (the caller owns
+ * it; void * so that this header needs no jansson), or NULL when out of
+ * memory. */
+void *dashboard_server_json(struct core *c, const struct dq_stats *total,
                             const struct dash_server *ds);
 
 /* A GET /v1/overview request. */

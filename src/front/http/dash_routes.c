@@ -70,9 +70,13 @@ static bool snapshot_failed(struct hreq *r, const struct core_snapshot *s) {
     return true;
 }
 
-static void done_server(void *pd, const struct core_snapshot *s) {
+static void done_server(void *pd, const struct dq_result *res) {
     struct hreq *r = pd;
-    if (gone(r) || snapshot_failed(r, s)) return;
+    if (gone(r)) return;
+    if (res->status != DQ_OK) {
+        hreq_result_error(r, res);
+        return;
+    }
     struct http_front *f = r->f;
     struct dash_server ds = {
         .version = DELAYQ_VERSION,
@@ -81,11 +85,12 @@ static void done_server(void *pd, const struct core_snapshot *s) {
         .started = f->started_ms,
         .clients = (int64_t)(f->cfg.clients ? f->cfg.clients(f->cfg.ud) : f->nconns),
     };
-    hreq_json(r, 200, dashboard_server_json(f->core, s, &ds));
+    hreq_json(r, 200, dashboard_server_json(f->core, res->stats, &ds));
 }
 
 void dash_server(struct hreq *r) {
-    core_snapshot(r->f->core, done_server, r);
+    /* the totals only: one store call, whatever the number of topics */
+    core_stats(r->f->core, (struct dq_str){"", 0}, done_server, r);
 }
 
 static void done_overview(void *pd, const struct core_snapshot *s) {
@@ -93,6 +98,31 @@ static void done_overview(void *pd, const struct core_snapshot *s) {
     struct hreq *r = d->r;
     if (!gone(r) && !snapshot_failed(r, s))
         hreq_json(r, 200, dashboard_overview_json(s, &d->q, clock_ms()));
+    dq_free(d);
+}
+
+/* ?topic=T: that topic's STATS alone, one store call. */
+static void done_one_topic(void *pd, const struct dq_result *res) {
+    struct dash_req *d = pd;
+    struct hreq *r = d->r;
+    if (gone(r)) {
+        dq_free(d);
+        return;
+    }
+    if (res->status != DQ_OK) {
+        hreq_result_error(r, res);
+        dq_free(d);
+        return;
+    }
+    struct core_topic_stats t = {
+        .topic = {d->q.topic, strlen(d->q.topic)},
+        .stats = *res->stats,
+    };
+    uint64_t jobs = 0;
+    for (int i = 0; i < DQ_NSTATES; i++) jobs += t.stats.jobs[i];
+    /* a topic without jobs is not listed, as in TOPICS */
+    struct core_snapshot s = {.status = DQ_OK, .topics = &t, .ntopics = jobs > 0};
+    hreq_json(r, 200, dashboard_overview_json(&s, &d->q, clock_ms()));
     dq_free(d);
 }
 
@@ -105,5 +135,9 @@ void dash_overview(struct hreq *r, const char *query) {
         return;
     }
     d->r = r;
-    core_snapshot(r->f->core, done_overview, d);
+    if (d->q.topic[0])
+        core_stats(r->f->core, (struct dq_str){d->q.topic, strlen(d->q.topic)},
+                   done_one_topic, d);
+    else
+        core_snapshot(r->f->core, done_overview, d);
 }
