@@ -9,6 +9,7 @@
 const POLL_MS = 2000;            /* overview and topic counts */
 const HISTORY = 300;             /* chart samples kept: 10 minutes at 2 s */
 const PAGE = 50;                 /* ids per LIST page, topics per overview page */
+const LIST_CALLS = 20;           /* LIST calls at most to fill one page */
 const STATES = ['ready', 'delayed', 'reserved', 'dead'];
 
 /* ---- small helpers -------------------------------------------------------- */
@@ -71,6 +72,7 @@ function fmtTime(ms) {
 
 function fmtLag(sec) {
   if (sec === null || sec === undefined) return '–';
+  if (sec === 0) return '0';
   const ms = sec * 1000;
   return ms < 1 ? ms.toFixed(3) + ' ms' : ms < 100 ? ms.toFixed(1) + ' ms' : fmtDuration(ms);
 }
@@ -238,7 +240,10 @@ function drawChart(canvas, series, fmt) {
     g.beginPath(); g.moveTo(padL, y); g.lineTo(w, y); g.stroke();
     g.fillText(fmt(max * (3 - i) / 3), 2, y + 4);
   }
-  const n = HISTORY;
+  /* the window grows with the readings kept: 1 minute at first, up to 10 */
+  let len = 0;
+  for (const s of series) len = Math.max(len, s.data.length);
+  const n = Math.min(HISTORY, Math.max(len, 60000 / POLL_MS));
   g.fillText(fmtDuration(n * POLL_MS) + ' ago', padL, h - 4);
   g.fillText('now', w - 24, h - 4);
   for (const s of series) {
@@ -336,7 +341,7 @@ function overviewView() {
   const rateNow = el('span', {class: 'sub', id: 'rate-now'});
   root.append(el('div', {class: 'grid'},
     el('section', {class: 'panel', id: 'server-panel'}, el('h2', {}, 'Server'), server),
-    el('section', {class: 'panel'}, el('h2', {}, 'Throughput, jobs/s ', rateNow), tput,
+    el('section', {class: 'panel'}, el('h2', {}, 'Throughput ', rateNow), tput,
       el('div', {class: 'legend'},
         el('span', {}, el('i', {class: 'c-blue'}), 'added'),
         el('span', {}, el('i', {class: 'c-amber'}), 'reserved'),
@@ -345,7 +350,7 @@ function overviewView() {
       el('div', {class: 'legend'},
         el('span', {}, el('i', {class: 'c-blue'}), 'p50'),
         el('span', {}, el('i', {class: 'c-red'}), 'p99'),
-        el('span', {}, 'how late jobs were handed out after their due time')))));
+        el('span', {class: 'grow'}), el('span', {}, 'handed out − due')))));
 
   const count = el('span', {class: 'muted', id: 'topic-count'});
   const match = el('input', {type: 'search', id: 'topic-filter', placeholder: 'filter topics'});
@@ -403,7 +408,7 @@ function overviewView() {
   function renderCharts() {
     const last = (a) => a.length ? a[a.length - 1] : null;
     rateNow.textContent = hist.added.length
-      ? '· now ' + fmtRate(last(hist.added)) + ' added, ' + fmtRate(last(hist.acked)) + ' acked' : '';
+      ? '· ' + fmtRate(last(hist.added)) + ' added/s, ' + fmtRate(last(hist.acked)) + ' acked/s' : '· jobs/s';
     lagNow.textContent = last(hist.p99) !== null && hist.p99.length
       ? '· p50 ' + fmtLag(last(hist.p50)) + ', p99 ' + fmtLag(last(hist.p99)) : '· no jobs handed out lately';
     drawChart(tput, [
@@ -498,11 +503,19 @@ function topicView(topic, state, jobId) {
   let cursor = 0, nextCursor = 0, pageNo = 1, seen = 0, selected = jobId || null;
   let stats = null;
 
+  /* One page: LIST calls from `cursor` until PAGE ids or the end. A LIST
+   * call does bounded work, so in a sparse state (5 dead among a million
+   * delayed) one call may bring few ids; at most LIST_CALLS calls a page. */
   async function loadPage() {
-    const j = await api('GET', topicPath(topic) + '/jobs?state=' + state + '&count=' + PAGE +
-      (cursor ? '&cursor=' + enc(cursor) : ''));
-    nextCursor = j.cursor;
-    const ids = j.ids;
+    const ids = [];
+    let c = cursor, calls = 0;
+    do {
+      const j = await api('GET', topicPath(topic) + '/jobs?state=' + state + '&count=' + (PAGE - ids.length) +
+        (c && c !== '0' ? '&cursor=' + enc(c) : ''));
+      ids.push(...j.ids);
+      c = j.cursor;
+    } while (ids.length < PAGE && c && c !== '0' && ++calls < LIST_CALLS);
+    nextCursor = c;
     seen += ids.length;
     tbody.replaceChildren(...ids.map((id) => {
       const tr = el('tr', {'data-id': id, class: id === selected ? 'sel' : null},
