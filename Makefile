@@ -30,18 +30,17 @@ CLI_SRC    := $(wildcard src/cli/*.c)
 # Every file listed in EMBED (a path under src/) becomes build/gen/PATH.c,
 # holding `const char asset_NAME[]` (its bytes and a NUL) and
 # `const size_t asset_NAME_len`, NAME being PATH with '/' and '.' as '_'
-# (src/store/lua/delayq.lua -> asset_store_lua_delayq_lua). A generated .c
-# joins the layer of the directory its file lives in.
+# (src/store/lua/delayq.lua -> asset_store_lua_delayq_lua). The generated
+# .c file joins the layer of the directory it comes from.
 DASH_ASSETS := $(wildcard src/front/dashboard/assets/*)
 EMBED      := src/store/lua/delayq.lua $(DASH_ASSETS)
-embedded    = $(patsubst src/%,build/gen/%.c,$(filter src/$(1)/%,$(EMBED)))
 EMBED_C    := $(patsubst src/%,build/gen/%.c,$(EMBED))
 .SECONDARY: $(EMBED_C)
 build/gen/%.c: src/% scripts/embed
 	@mkdir -p $(dir $@)
 	scripts/embed asset_$(subst -,_,$(subst .,_,$(subst /,_,$*))) < $< > $@.tmp && mv $@.tmp $@
-store_SRC  += $(call embedded,store)
-front_SRC  += $(call embedded,front)
+store_SRC  += $(filter build/gen/store/%,$(EMBED_C))
+front_SRC  += $(filter build/gen/front/%,$(EMBED_C))
 
 CORE_SRC   := $(foreach l,$(LAYERS),$($(l)_SRC)) $(SERVER_SRC)
 UNIT_TESTS := $(patsubst tests/unit/%.c,%,$(wildcard tests/unit/test_*.c))

@@ -18,6 +18,7 @@
 #include <hiredis/hiredis.h>
 #include <inttypes.h>
 #include <poll.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,8 +42,13 @@
 #define MAX_INFLIGHT 64           /* calls in flight per connection */
 #define STUCK_US 3000000          /* no reply for this long: reconnect */
 #define REFRESH_EVERY_US 10000000 /* slot map refresh without a MOVED */
+#define REFRESH_MIN_US 250000     /* at most 4 refreshes a second */
+#define PARTIAL_REFRESH_US 1000000 /* while slots are missing: every second */
+#define WARN_SUMMARY_US 30000000  /* a repeated warning: once per 30 s */
 
 enum cstate { C_DOWN, C_CONNECTING, C_UP };
+
+
 
 struct rconn;
 
@@ -72,6 +78,7 @@ struct rconn {
     char host[REDIS_URL_HOST_MAX + 1];
     int port;
     bool sub;           /* the subscriber */
+    bool sentinel;      /* the Sentinel connection (asks, then subscribes) */
     enum cstate state;
     redisAsyncContext *ac;
     struct event *retry_ev;
@@ -104,6 +111,15 @@ struct rcli {
     bool refresh_wanted;
     int64_t last_refresh;
     unsigned masters;
+    size_t covered;        /* slots the map covers */
+    struct rwarn mapwarn;  /* about the slot map */
+    char why[200];         /* why calls cannot be served, for errors */
+    /* Sentinel */
+    struct rconn *sent;    /* to one Sentinel, or NULL */
+    size_t sent_seed;      /* which Sentinel */
+    bool have_master;      /* the data connection's address is the master's */
+    bool switching;        /* moving the connections to a new master */
+    int64_t last_ask;      /* when the Sentinel was last asked */
 };
 
 int64_t rcli_now_us(void) {
@@ -112,7 +128,38 @@ int64_t rcli_now_us(void) {
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
+void rwarn(struct rwarn *w, int64_t now, const char *fmt, ...) {
+    char m[sizeof w->last];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(m, sizeof m, fmt, ap);
+    va_end(ap);
+    if (strcmp(m, w->last) != 0) {
+        if (w->repeats) log_warn("%s (%" PRIu64 " more times)", w->last, w->repeats);
+        log_warn("%s", m);
+        memcpy(w->last, m, sizeof m);
+        w->at = now;
+        w->repeats = 0;
+        return;
+    }
+    w->repeats++;
+    if (now - w->at >= WARN_SUMMARY_US) {
+        log_warn("%s (%" PRIu64 " times in the last %d s)", m, w->repeats,
+                 (int)((now - w->at) / 1000000));
+        w->at = now;
+        w->repeats = 0;
+    }
+}
+
+void rwarn_clear(struct rwarn *w) {
+    if (w->repeats) log_warn("%s (%" PRIu64 " more times)", w->last, w->repeats);
+    w->last[0] = '\0';
+    w->repeats = 0;
+}
+
 static void conn_connect(struct rconn *n);
+static void sentinel_ask(struct rcli *c);
+static void conn_kill(struct rconn *n, const char *why);
 static void dispatch(struct rcli *c, struct rcall *k, struct rconn *to,
                      bool asking);
 static void refresh_map(struct rcli *c);
@@ -170,19 +217,21 @@ static void call_unlink(struct rcall *k) {
     n->inflight--;
 }
 
-static void call_finish(struct rcall *k, redisReply *r, const char *err) {
+/* Completes a call and frees it. sent: it was written to Redis (with no
+ * reply: the outcome is unknown). */
+static void call_finish(struct rcall *k, redisReply *r, const char *err, bool sent) {
     rcli_cb *cb = k->cb;
     void *pd = k->pd;
     dq_free(k->cmd);
     dq_free(k);
-    if (cb) cb(pd, r, err);
+    if (cb) cb(pd, r, err, sent);
 }
 
 /* Completes a call that stays in flight: its reply will be ignored. */
 static void call_abandon(struct rcall *k, const char *err) {
     rcli_cb *cb = k->cb;
     k->cb = NULL;
-    if (cb) cb(k->pd, NULL, err);
+    if (cb) cb(k->pd, NULL, err, true);
 }
 
 static void queue_push(struct rconn *n, struct rcall *k) {
@@ -212,7 +261,7 @@ static void queue_fail(struct rconn *n, const char *why) {
     while (n->qhead) {
         struct rcall *k = n->qhead;
         queue_unlink(k);
-        call_finish(k, NULL, why);
+        call_finish(k, NULL, why, false);
     }
 }
 
@@ -239,10 +288,13 @@ static void conn_down(struct rconn *n, const char *why) {
         else
             log_debug("redis %s:%d: cannot connect (%s)", n->host, n->port, why);
     }
-    if (n->sub) n->cli->sub_seed++;
-    else if (n->cli->slots) n->cli->refresh_wanted = true;
+    struct rcli *c = n->cli;
+    if (n->sub) c->sub_seed++;
+    else if (n->sentinel) c->sent_seed++;
+    else if (c->slots) c->refresh_wanted = true;
     conn_schedule(n);
     queue_fail(n, "Redis connection lost");
+    if (!n->sentinel && c->sent && !c->switching) sentinel_ask(c);
 }
 
 /* Closes a live connection on our initiative: every call on it completes
@@ -276,21 +328,21 @@ static void retry_cb(evutil_socket_t fd, short what, void *arg) {
     conn_connect(arg);
 }
 
-static void noop_cb(void *pd, redisReply *r, const char *err) {}
+static void noop_cb(void *pd, redisReply *r, const char *err, bool sent) {}
 
-static void auth_cb(void *pd, redisReply *r, const char *err) {
+static void auth_cb(void *pd, redisReply *r, const char *err, bool sent) {
     struct rconn *n = pd;
     if (r && r->type == REDIS_REPLY_ERROR)
         log_error("redis %s:%d: AUTH failed: %s", n->host, n->port, r->str);
 }
 
-static void select_cb(void *pd, redisReply *r, const char *err) {
+static void select_cb(void *pd, redisReply *r, const char *err, bool sent) {
     struct rconn *n = pd;
     if (r && r->type == REDIS_REPLY_ERROR)
         log_error("redis %s:%d: SELECT failed: %s", n->host, n->port, r->str);
 }
 
-static void script_load_cb(void *pd, redisReply *r, const char *err) {
+static void script_load_cb(void *pd, redisReply *r, const char *err, bool sent) {
     struct rconn *n = pd;
     struct rcli *c = n->cli;
     if (!r) return;
@@ -332,10 +384,100 @@ static void message_cb(redisAsyncContext *ac, void *reply, void *pd) {
         n->cli->cfg.on_message(n->cli->cfg.ud, msg->str, msg->len);
 }
 
+/* The master is host:port (from a Sentinel): moves the data connection and
+ * the subscriber there if they were elsewhere. */
+static void set_master(struct rcli *c, const char *host, int port) {
+    struct rconn *d = c->conns;
+    if (c->have_master && d->port == port && strcmp(d->host, host) == 0) return;
+    log_info("redis sentinel: master %s is %s:%d%s", c->url.master, host, port,
+             c->have_master ? " (switched)" : "");
+    c->have_master = true;
+    c->why[0] = '\0';
+    c->switching = true;
+    struct rconn *both[2] = {d, c->sub};
+    for (int i = 0; i < 2; i++) {
+        struct rconn *n = both[i];
+        if (!n) continue;
+        if (n->state != C_DOWN) conn_kill(n, "the master moved");
+        event_del(n->retry_ev);
+        n->backoff_ms = BACKOFF_MIN_MS;
+        snprintf(n->host, sizeof n->host, "%s", host);
+        n->port = port;
+        conn_connect(n);
+    }
+    c->switching = false;
+}
+
+/* SENTINEL get-master-addr-by-name: [host, port], or nil if unknown. */
+static void master_cb(redisAsyncContext *ac, void *reply, void *pd) {
+    struct rconn *n = ac->data;
+    redisReply *r = reply;
+    if (!n || !r) return;
+    struct rcli *c = n->cli;
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+        r->element[0]->type == REDIS_REPLY_STRING &&
+        r->element[1]->type == REDIS_REPLY_STRING) {
+        int port = atoi(r->element[1]->str);
+        if (port > 0 && port < 65536 && r->element[0]->len <= REDIS_URL_HOST_MAX) {
+            rwarn_clear(&c->mapwarn);
+            set_master(c, r->element[0]->str, port);
+            return;
+        }
+    }
+    snprintf(c->why, sizeof c->why, "Sentinel %.64s:%d does not know master '%.64s'%s%.80s",
+             n->host, n->port, c->url.master, r->type == REDIS_REPLY_ERROR ? ": " : "",
+             r->type == REDIS_REPLY_ERROR ? r->str : "");
+    rwarn(&c->mapwarn, rcli_now_us(), "redis sentinel: %s", c->why);
+}
+
+/* +switch-master "<name> <old-ip> <old-port> <new-ip> <new-port>" */
+static void sentinel_msg_cb(redisAsyncContext *ac, void *reply, void *pd) {
+    struct rconn *n = ac->data;
+    redisReply *r = reply;
+    if (!n || !r || r->type != REDIS_REPLY_ARRAY || r->elements < 3) return;
+    redisReply *kind = r->element[0], *msg = r->element[2];
+    if (kind->type != REDIS_REPLY_STRING) return;
+    if (strcmp(kind->str, "subscribe") == 0) {
+        n->state = C_UP;
+        n->backoff_ms = BACKOFF_MIN_MS;
+        return;
+    }
+    if (strcmp(kind->str, "message") != 0 || msg->type != REDIS_REPLY_STRING) return;
+    char name[REDIS_MASTER_NAME_MAX + 1], oh[REDIS_URL_HOST_MAX + 1],
+        nh[REDIS_URL_HOST_MAX + 1];
+    int op, np;
+    if (sscanf(msg->str, "%127s %255s %d %255s %d", name, oh, &op, nh, &np) != 5) return;
+    if (strcmp(name, n->cli->url.master) != 0) return;
+    set_master(n->cli, nh, np);
+}
+
+/* Asks a Sentinel for the master again (the master's connection failed or
+ * refused a write): reconnects the Sentinel connection, which asks first.
+ * At most every 500 ms. */
+static void sentinel_ask(struct rcli *c) {
+    struct rconn *n = c->sent;
+    if (!n || c->closing || rcli_now_us() - c->last_ask < 500000) return;
+    c->last_ask = rcli_now_us();
+    if (n->state != C_DOWN) conn_kill(n, "asking again");
+    event_del(n->retry_ev);
+    n->backoff_ms = BACKOFF_MIN_MS;
+    conn_connect(n);
+}
+
 static void conn_connect(struct rconn *n) {
     struct rcli *c = n->cli;
     if (c->closing || n->state != C_DOWN) return;
-    if (n->sub) { /* follow the seeds round robin */
+    if (n->sentinel) { /* the Sentinels round robin */
+        size_t i = c->sent_seed % c->url.nhosts;
+        snprintf(n->host, sizeof n->host, "%s", c->url.hosts[i].host);
+        n->port = c->url.hosts[i].port;
+    } else if (c->url.sentinel) {
+        if (!c->have_master) return; /* connected once a Sentinel names it */
+        if (n->sub) {
+            snprintf(n->host, sizeof n->host, "%s", c->conns->host);
+            n->port = c->conns->port;
+        }
+    } else if (n->sub) { /* follow the seeds round robin */
         size_t i = c->sub_seed % c->url.nhosts;
         snprintf(n->host, sizeof n->host, "%s", c->url.hosts[i].host);
         n->port = c->url.hosts[i].port;
@@ -360,6 +502,13 @@ static void conn_connect(struct rconn *n) {
     n->state = C_CONNECTING;
     n->connect_deadline = rcli_now_us() + CONNECT_TIMEOUT_US;
     int64_t dl = n->connect_deadline;
+    if (n->sentinel) {
+        c->last_ask = rcli_now_us();
+        redisAsyncCommand(ac, master_cb, NULL, "SENTINEL get-master-addr-by-name %s",
+                          c->url.master);
+        redisAsyncCommand(ac, sentinel_msg_cb, NULL, "SUBSCRIBE +switch-master");
+        return;
+    }
     if (c->url.password[0]) {
         const char *av[3] = {"AUTH", c->url.user, c->url.password};
         size_t al[3] = {4, strlen(c->url.user), strlen(c->url.password)};
@@ -437,7 +586,7 @@ static void dispatch(struct rcli *c, struct rcall *k, struct rconn *to,
     struct rconn *n = to ? to : route(c, k->slot);
     if (!n || n->state == C_DOWN || !n->ac) {
         if (c->slots) c->refresh_wanted = true;
-        call_finish(k, NULL, "Redis is not connected");
+        call_finish(k, NULL, "Redis is not connected", false);
         return;
     }
     k->asking = asking;
@@ -475,7 +624,7 @@ static void send_now(struct rcli *c, struct rconn *n, struct rcall *k) {
         a->deadline = k->deadline;
         send_now(c, n, a);
         if (n->state == C_DOWN || !n->ac) {
-            call_finish(k, NULL, "Redis is not connected");
+            call_finish(k, NULL, "Redis is not connected", false);
             return;
         }
     }
@@ -507,7 +656,7 @@ static void send_now(struct rcli *c, struct rconn *n, struct rcall *k) {
     int rc = redisAsyncFormattedCommand(n->ac, reply_cb, k, full, total);
     dq_free(full);
     if (rc != REDIS_OK) {
-        call_finish(k, NULL, "Redis connection is closing");
+        call_finish(k, NULL, "Redis connection is closing", false);
         return;
     }
     n->calls++;
@@ -548,12 +697,12 @@ static void reply_cb(redisAsyncContext *ac, void *reply, void *pd) {
     call_unlink(k);
     if (!r) {
         conn_down(n, ac->errstr[0] ? ac->errstr : "closed");
-        call_finish(k, NULL, "Redis connection lost");
+        call_finish(k, NULL, "Redis connection lost", true);
         return;
     }
     queue_run(n);
     if (!k->cb) { /* abandoned at its deadline */
-        call_finish(k, NULL, NULL);
+        call_finish(k, NULL, NULL, true);
         return;
     }
     if (r->type == REDIS_REPLY_ERROR && k->redirects < MAX_REDIRECTS &&
@@ -581,19 +730,28 @@ static void reply_cb(redisAsyncContext *ac, void *reply, void *pd) {
             }
         }
     }
-    call_finish(k, r, NULL);
+    if (r->type == REDIS_REPLY_ERROR && c->sent &&
+        (strncmp(r->str, "READONLY", 8) == 0 || strncmp(r->str, "MASTERDOWN", 10) == 0))
+        sentinel_ask(c); /* talking to a replica: the master moved */
+    if (r->type == REDIS_REPLY_ERROR && c->slots &&
+        (strncmp(r->str, "CLUSTERDOWN", 11) == 0 || strncmp(r->str, "TRYAGAIN", 8) == 0))
+        c->refresh_wanted = true; /* a failover or a reshard under way */
+    call_finish(k, r, NULL, true);
 }
 
 /* --- the cluster slot map ----------------------------------------------- */
 
-static void slots_cb(void *pd, redisReply *r, const char *err) {
+static void slots_cb(void *pd, redisReply *r, const char *err, bool sent) {
     struct rcli *c = pd;
     c->refreshing = false;
     if (c->closing) return;
     if (!r || r->type != REDIS_REPLY_ARRAY) {
         c->refresh_wanted = true;
-        if (r) log_warn("redis cluster: CLUSTER SLOTS failed: %s",
-                        r->type == REDIS_REPLY_ERROR ? r->str : "bad reply");
+        if (r) {
+            snprintf(c->why, sizeof c->why, "Redis Cluster: CLUSTER SLOTS failed: %s",
+                     r->type == REDIS_REPLY_ERROR ? r->str : "bad reply");
+            rwarn(&c->mapwarn, rcli_now_us(), "redis cluster: %s", c->why);
+        }
         return;
     }
     static struct rconn *next[REDIS_SLOTS];
@@ -618,9 +776,19 @@ static void slots_cb(void *pd, redisReply *r, const char *err) {
         covered += (size_t)(hi - lo + 1);
     }
     if (covered == 0) {
-        log_warn("redis cluster: CLUSTER SLOTS returned no slots");
+        snprintf(c->why, sizeof c->why, "the Redis Cluster has no slots assigned "
+                 "(not created yet?)");
+        rwarn(&c->mapwarn, rcli_now_us(), "redis cluster: %s", c->why);
         c->refresh_wanted = true;
         return;
+    }
+    if (covered < REDIS_SLOTS) {
+        snprintf(c->why, sizeof c->why, "the Redis Cluster serves %zu of %d slots",
+                 covered, REDIS_SLOTS);
+        rwarn(&c->mapwarn, rcli_now_us(), "redis cluster: %s", c->why);
+    } else {
+        rwarn_clear(&c->mapwarn);
+        c->why[0] = '\0';
     }
     unsigned masters = 0;
     for (struct rconn *n = c->conns; n; n = n->next)
@@ -630,13 +798,17 @@ static void slots_cb(void *pd, redisReply *r, const char *err) {
                 break;
             }
     bool first = !c->map_loaded;
-    memcpy(c->slots, next, sizeof next);
-    c->masters = masters;
-    c->map_loaded = true;
-    c->refresh_wanted = false;
-    if (first)
+    bool moved = memcmp(c->slots, next, sizeof next) != 0;
+    if (!first && moved)
+        log_info("redis cluster: the slot map changed (%u masters)", masters);
+    if (first || masters != c->masters || covered != c->covered)
         log_info("redis cluster: %u masters, %zu of %d slots covered", masters,
                  covered, REDIS_SLOTS);
+    memcpy(c->slots, next, sizeof next);
+    c->masters = masters;
+    c->covered = covered;
+    c->map_loaded = true;
+    c->refresh_wanted = false;
     if (first && c->cfg.on_up) c->cfg.on_up(c->cfg.ud);
 }
 
@@ -675,7 +847,7 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg) {
             next = k->next;
             if (now > k->deadline) {
                 queue_unlink(k);
-                call_finish(k, NULL, "Redis did not answer in time");
+                call_finish(k, NULL, "Redis did not answer in time", false);
             }
         }
         for (struct rcall *k = n->head; k; k = k->next)
@@ -684,8 +856,13 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg) {
     }
     if (c->sub && c->sub->state == C_CONNECTING && now > c->sub->connect_deadline)
         conn_kill(c->sub, "connect timeout");
+    if (c->sent && c->sent->state == C_CONNECTING && now > c->sent->connect_deadline)
+        conn_kill(c->sent, "connect timeout");
+    int64_t since = now - c->last_refresh;
     if (c->slots && !c->refreshing &&
-        (c->refresh_wanted || now - c->last_refresh > REFRESH_EVERY_US))
+        ((c->refresh_wanted && since >= REFRESH_MIN_US) ||
+         (c->covered < REDIS_SLOTS && since >= PARTIAL_REFRESH_US) ||
+         since > REFRESH_EVERY_US))
         refresh_map(c);
 }
 
@@ -706,10 +883,21 @@ struct rcli *rcli_new(const struct rcli_config *cfg, char *err, size_t errlen) {
     struct timeval tv = {0, TICK_MS * 1000};
     event_add(c->tick_ev, &tv);
     if (c->url.cluster) c->slots = xcalloc(REDIS_SLOTS, sizeof *c->slots);
-    /* seeds (the standalone node is the one seed); connect in URL order */
-    for (size_t i = c->url.nhosts; i-- > 0;)
-        conn_new(c, c->url.hosts[i].host, c->url.hosts[i].port, false);
-    for (struct rconn *n = c->conns; n; n = n->next) conn_connect(n);
+    if (c->url.sentinel) {
+        /* one data connection, to wherever the Sentinels say the master is */
+        conn_new(c, "", 0, false);
+        snprintf(c->why, sizeof c->why, "no Sentinel has named master '%s' yet",
+                 c->url.master);
+        c->sent = conn_new(c, "", 0, true);
+        c->sent->sub = false;
+        c->sent->sentinel = true;
+        conn_connect(c->sent);
+    } else {
+        /* seeds (the standalone node is the one seed); connect in URL order */
+        for (size_t i = c->url.nhosts; i-- > 0;)
+            conn_new(c, c->url.hosts[i].host, c->url.hosts[i].port, false);
+        for (struct rconn *n = c->conns; n; n = n->next) conn_connect(n);
+    }
     if (cfg->channel) {
         c->channel = xstrndup(cfg->channel, strlen(cfg->channel));
         c->sub = conn_new(c, c->url.hosts[0].host, c->url.hosts[0].port, true);
@@ -757,6 +945,10 @@ void rcli_free(struct rcli *c, int drain_ms) {
         c->sub->next = all;
         all = c->sub;
     }
+    if (c->sent) {
+        c->sent->next = all;
+        all = c->sent;
+    }
     for (struct rconn *n = all; n; n = n->next)
         if (n->ac) conn_kill(n, "closing");
     while (all) {
@@ -777,10 +969,23 @@ void rcli_send(struct rcli *c, int slot, enum rcli_kind kind, int argc,
     struct rcall *k =
         call_new(c, slot, kind, argc, cmd, len, deadline_us, cb, pd);
     if (c->closing) {
-        call_finish(k, NULL, "closing");
+        call_finish(k, NULL, "closing", false);
         return;
     }
     dispatch(c, k, NULL, false);
+}
+
+void rcli_status(const struct rcli *c, char *out, size_t cap) {
+    if (c->why[0]) {
+        snprintf(out, cap, "%s", c->why);
+        return;
+    }
+    for (const struct rconn *n = c->conns; n; n = n->next)
+        if (n->state != C_UP) {
+            snprintf(out, cap, "Redis at %s:%d is not reachable", n->host, n->port);
+            return;
+        }
+    snprintf(out, cap, "Redis is not ready");
 }
 
 bool rcli_ready(const struct rcli *c) {
@@ -808,5 +1013,10 @@ void rcli_info(const struct rcli *c,
         snprintf(v, sizeof v, "%s:%d,state=%s", c->sub->host, c->sub->port,
                  states[c->sub->state]);
         emit(ud, "store_redis_subscriber", v);
+    }
+    if (c->sent) {
+        snprintf(v, sizeof v, "%s:%d,state=%s,master=%s", c->sent->host, c->sent->port,
+                 states[c->sent->state], c->have_master ? "known" : "unknown");
+        emit(ud, "store_redis_sentinel", v);
     }
 }

@@ -20,7 +20,7 @@
  * once: with a reply (which may be an error reply other than MOVED, ASK and
  * NOSCRIPT), or with reply NULL and a reason when Redis could not be
  * reached in time -- in that case the command may or may not have run if it
- * had been sent. The callback may run inside rcli_send (when no connection
+ * had been sent, which the callback's `sent` tells. The callback may run inside rcli_send (when no connection
  * can take the call) and inside rcli_free.
  */
 #ifndef DQ_REDIS_CLIENT_H
@@ -36,8 +36,11 @@ struct event_base;
 struct redisReply;
 struct rcli;
 
-/* reply is valid only during the call; err is set when reply is NULL. */
-typedef void rcli_cb(void *pd, struct redisReply *reply, const char *err);
+/* reply is valid only during the call; err is set when reply is NULL, and
+ * then `sent` tells whether the command had been written to Redis (it may
+ * have run: the outcome is unknown) or not (it did not run). */
+typedef void rcli_cb(void *pd, struct redisReply *reply, const char *err,
+                     bool sent);
 
 struct rcli_config {
     struct event_base *base;
@@ -59,6 +62,19 @@ enum rcli_kind {
     RCLI_SCRIPT, /* cmd holds the arguments after EVALSHA's sha */
 };
 
+/* A warning that may repeat for as long as a state lasts (no slots, a
+ * failing CLUSTER SLOTS, CLUSTERDOWN): rwarn logs it when the text
+ * changes, then sums the repeats up once per 30 s; rwarn_clear ends the
+ * state (logging the repeats not yet told). Zero-initialise. */
+struct rwarn {
+    char last[200];
+    int64_t at;
+    uint64_t repeats;
+};
+__attribute__((format(printf, 3, 4)))
+void rwarn(struct rwarn *w, int64_t now_us, const char *fmt, ...);
+void rwarn_clear(struct rwarn *w);
+
 /* Starts connecting. Returns NULL (with a message in err) only if the
  * loop's events cannot be made. */
 struct rcli *rcli_new(const struct rcli_config *cfg, char *err, size_t errlen);
@@ -75,6 +91,10 @@ void rcli_free(struct rcli *c, int drain_ms);
 void rcli_send(struct rcli *c, int slot, enum rcli_kind kind, int argc,
                char *cmd, size_t len, int64_t deadline_us, rcli_cb *cb,
                void *pd);
+
+/* Writes into out[0..cap) why Redis cannot serve calls now (not reachable,
+ * no slots assigned, slots missing...), for error messages. */
+void rcli_status(const struct rcli *c, char *out, size_t cap);
 
 /* True when calls can be expected to succeed (see on_up). */
 bool rcli_ready(const struct rcli *c);

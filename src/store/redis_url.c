@@ -18,6 +18,10 @@ static int fail(char *err, size_t errlen, const char *fmt, ...) {
     return -1;
 }
 
+static const char *scheme(const struct redis_url *u) {
+    return u->sentinel ? "redis-sentinel://" : u->cluster ? "redis-cluster://" : "redis://";
+}
+
 /* Parses a decimal in [lo, hi] from p[0..len). */
 static int parse_uint(const char *p, size_t len, long lo, long hi, long *out) {
     if (len == 0 || len > 9) return -1;
@@ -37,10 +41,10 @@ static int parse_hostport(const char *p, size_t len, struct redis_url *u,
     char tmp[REDIS_URL_HOST_MAX + 16];
     if (u->nhosts == REDIS_URL_MAX_HOSTS)
         return fail(err, errlen, "too many hosts in %s URL (at most 16)",
-                    u->cluster ? "redis-cluster://" : "redis://");
+                    scheme(u));
     if (len == 0 || len >= sizeof tmp)
         return fail(err, errlen, "missing or overlong host in %s URL",
-                    u->cluster ? "redis-cluster://" : "redis://");
+                    scheme(u));
     memcpy(tmp, p, len);
     tmp[len] = '\0';
     const char *host = tmp, *port = NULL;
@@ -106,11 +110,17 @@ static int parse_query(const char *q, struct redis_url *u, char *err,
                 return fail(err, errlen, "bad shards in URL: %s",
                             "expected 1..1024");
             u->shards = (unsigned)k;
+        } else if (nlen == 8 && memcmp(q, "replicas", 8) == 0) {
+            long k;
+            if (parse_uint(v, vlen, 0, REDIS_REPLICAS_MAX, &k) != 0)
+                return fail(err, errlen, "bad replicas in URL: %s",
+                            "expected 0..100");
+            u->replicas = (int)k;
         } else {
             char name[64];
             snprintf(name, sizeof name, "%.*s", (int)(nlen < 60 ? nlen : 60), q);
             return fail(err, errlen,
-                        "unknown URL parameter '%s' (known: prefix, shards)",
+                        "unknown URL parameter '%s' (known: prefix, shards, replicas)",
                         name);
         }
         q += len;
@@ -130,6 +140,9 @@ int redis_url_parse(const char *url, struct redis_url *u, char *err,
     } else if (strncmp(url, "redis-cluster://", 16) == 0) {
         u->cluster = true;
         p = url + 16;
+    } else if (strncmp(url, "redis-sentinel://", 17) == 0) {
+        u->sentinel = true;
+        p = url + 17;
     } else {
         return fail(err, errlen, "unknown store URL scheme in '%s'", url);
     }
@@ -161,7 +174,7 @@ int redis_url_parse(const char *url, struct redis_url *u, char *err,
     while (hlen > 0) {
         const char *comma = memchr(hosts, ',', hlen);
         size_t one = comma ? (size_t)(comma - hosts) : hlen;
-        if (!u->cluster && comma)
+        if (!u->cluster && !u->sentinel && comma)
             return fail(err, errlen, "%s",
                         "several hosts need redis-cluster:// (redis:// takes one)");
         if (parse_hostport(hosts, one, u, err, errlen) != 0) return -1;
@@ -173,7 +186,20 @@ int redis_url_parse(const char *url, struct redis_url *u, char *err,
             if (hlen == 0) return fail(err, errlen, "empty host after ',' in '%s'", url);
         }
     }
-    if (*rest == '/') {
+    if (u->sentinel) { /* "/master-name" */
+        size_t mlen = *rest == '/' ? strcspn(rest + 1, "?") : 0;
+        if (mlen == 0)
+            return fail(err, errlen, "no master name in '%s' (redis-sentinel://"
+                        "host:port[,host:port...]/master-name)", url);
+        if (mlen >= sizeof u->master)
+            return fail(err, errlen, "%s", "master name too long in URL");
+        for (size_t i = 0; i < mlen; i++)
+            if (rest[1 + i] <= ' ' || rest[1 + i] > '~')
+                return fail(err, errlen, "%s", "bad character in the master name");
+        memcpy(u->master, rest + 1, mlen);
+        u->master[mlen] = '\0';
+        rest += 1 + mlen;
+    } else if (*rest == '/') {
         rest++;
         size_t dlen = strcspn(rest, "?");
         if (dlen > 0) {

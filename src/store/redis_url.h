@@ -2,6 +2,11 @@
  *
  *   redis://[[user]:password@]host[:port][/db][?prefix=p&shards=K]
  *   redis-cluster://[[user]:password@]host:port[,host:port...][?prefix=p&shards=K]
+ *   redis-sentinel://[[user]:password@]host:port[,host:port...]/master-name[?prefix=p&shards=K]
+ *
+ * Every scheme also takes replicas=N (0..100): each change waits (WAIT) until
+ * N replicas have it before it is acknowledged. For redis-sentinel:// the
+ * hosts are Sentinels, the password is the master's.
  *
  * The port defaults to 6379, db to 0, prefix to "delayq", shards to 0
  * ("not given": 1 for redis://, the number of masters for a cluster).
@@ -25,9 +30,14 @@
 #define REDIS_PREFIX_MAX 64
 #define REDIS_SHARDS_MAX 1024
 #define REDIS_SLOTS 16384
+#define REDIS_REPLICAS_MAX 100
+#define REDIS_MASTER_NAME_MAX 127
 
 struct redis_url {
     bool cluster;
+    bool sentinel;      /* hosts are Sentinels watching `master` */
+    char master[REDIS_MASTER_NAME_MAX + 1];
+    int replicas;       /* WAIT for this many replicas; 0 = do not wait */
     size_t nhosts;
     struct {
         char host[REDIS_URL_HOST_MAX + 1];

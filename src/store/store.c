@@ -23,7 +23,8 @@ const char *dq_status_code(int status) {
 const struct dq_store_ops *dq_store_for_url(const char *url) {
     if (url == NULL || *url == '\0') return &dq_store_embedded;
     if (strncmp(url, "redis://", 8) == 0 ||
-        strncmp(url, "redis-cluster://", 16) == 0)
+        strncmp(url, "redis-cluster://", 16) == 0 ||
+        strncmp(url, "redis-sentinel://", 17) == 0)
         return &dq_store_redis;
     return NULL;
 }

@@ -192,8 +192,8 @@ void dq_info_int(dq_info_emit *emit, void *ud, const char *name, int64_t v);
 extern const struct dq_store_ops dq_store_embedded;
 extern const struct dq_store_ops dq_store_redis;
 
-/* The store for a --store URL: embedded for NULL or "", redis for redis://
- * and redis-cluster://; NULL for anything else. */
+/* The store for a --store URL: embedded for NULL or "", redis for redis://,
+ * redis-cluster:// and redis-sentinel://; NULL for anything else. */
 const struct dq_store_ops *dq_store_for_url(const char *url);
 
 #endif

@@ -357,3 +357,26 @@ def test_http_clients_count_toward_maxclients(make_server):
     assert wait_until(lambda: b"connected_clients:1" in c.call("INFO"))
     h3 = srv.http()
     assert h3.call("TOPICS") == []
+
+
+def test_info_for_the_dashboard(make_server):
+    srv = make_server("--dashboard", "readonly")
+    c = srv.raw()
+    for i in range(3):
+        c.call("ADD", "a", "j%d" % i, "x")
+    c.call("ADD", "b", "d", "x", "DELAY", 60000)
+    c.call("RESERVE", "TIMEOUT", 0, "COUNT", 2, "FROM", "a")
+    st, info, _ = req(srv, "GET", "/v1/info")
+    assert st == 200
+    assert info["store"] in ("embedded", "redis") and info["store_up"] is True
+    assert info["dashboard"] == "readonly"
+    assert info["connected_clients"] >= 1 and info["blocked_clients"] == 0
+    assert info["fire_lag_seconds"]["count"] == 2
+    by = {t["topic"]: t for t in info["topics"]}
+    assert set(by) == {"a", "b"}
+    assert by["a"]["jobs"] == {"delayed": 0, "ready": 1, "reserved": 2, "dead": 0}
+    assert by["a"]["added"] == 3 and by["a"]["reserved"] == 2
+    assert by["b"]["jobs"]["delayed"] == 1
+    assert info["total"]["added"] == 4
+    if srv.store_url is None:
+        assert info["log_bytes"] > 0

@@ -12,126 +12,9 @@ import struct
 import subprocess
 import threading
 import time
-import uuid
 
-import pytest
-import redis
-
-from conftest import (NIL_ARRAY, REDIS_SERVER, RespError, Server, _wait_ping, encode_command,
-                      stop_and_check,
-                      free_port, now_ms, pairs, wait_until)
-
-REDIS_CLI = os.environ.get("REDIS_CLI", "/usr/bin/redis-cli")
-
-
-# --------------------------------------------------------------------------
-# processes
-
-class RedisProc:
-    """One redis-server on a free loopback port; keeps its port and dir across restarts."""
-
-    def __init__(self, workdir, args=(), port=None):
-        self.workdir = str(workdir)
-        os.makedirs(self.workdir, exist_ok=True)
-        self.args = [str(a) for a in args]
-        self.port = port or free_port()
-        while "--cluster-enabled" in self.args and self.port > 55000:
-            self.port = free_port()  # the cluster bus listens on port + 10000
-        self.proc = None
-
-    def start(self):
-        if not os.path.exists(REDIS_SERVER):
-            pytest.fail("redis-server not found at %s" % REDIS_SERVER)
-        log = open(os.path.join(self.workdir, "redis.log"), "ab")
-        self.proc = subprocess.Popen(
-            [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", self.workdir, "--protected-mode", "no"] + self.args,
-            stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir)
-        log.close()
-        _wait_ping(self.port, self.proc, 10, "redis-server")
-        return self
-
-    def send_signal(self, sig):
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(sig)
-
-    def stop(self, sig=signal.SIGTERM):
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGCONT)
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-    def client(self):
-        return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=10)
-
-
-@pytest.fixture
-def procs(tmp_path):
-    """procs.redis(*args), procs.cluster(n), procs.delayqd(url, *flags); all stopped at teardown."""
-
-    class Procs:
-        def __init__(self):
-            self.redises = []
-            self.servers = []
-
-        def redis(self, *args, name=None):
-            r = RedisProc(tmp_path / (name or "redis%d" % len(self.redises)), args)
-            self.redises.append(r)
-            return r.start()
-
-        def cluster(self, n=3):
-            nodes = [self.redis("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-                                "--cluster-node-timeout", "5000", name="node%d" % i)
-                     for i in range(n)]
-            addrs = ["127.0.0.1:%d" % r.port for r in nodes]
-            p = subprocess.run([REDIS_CLI, "--cluster", "create"] + addrs +
-                               ["--cluster-replicas", "0", "--cluster-yes"],
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
-            assert p.returncode == 0, p.stdout.decode(errors="replace")
-
-            def ok():
-                for r in nodes:
-                    info = r.client().execute_command("CLUSTER", "INFO").decode()
-                    if "cluster_state:ok" not in info:
-                        return False
-                return True
-
-            assert wait_until(ok, 20, 0.1), "cluster never became ok"
-            return nodes
-
-        def delayqd(self, url, *flags):
-            s = Server(tmp_path / ("srv%d" % len(self.servers)), store_url=url, extra=flags)
-            self.servers.append(s)
-            s.start()
-            # the store answers once it has read its configuration from Redis
-            c = s.raw()
-            assert wait_until(lambda: not isinstance(c.call("STATS"), RespError), 5, 0.02)
-            c.close()
-            return s
-
-    p = Procs()
-    yield p
-    problems = stop_and_check(p.servers, 10.0)
-    for r in p.redises:
-        r.stop(signal.SIGKILL)
-    if problems:
-        pytest.fail("\n".join(problems), pytrace=False)
-
-
-def url_of(r, **params):
-    params.setdefault("prefix", "t-" + uuid.uuid4().hex[:10])
-    q = "&".join("%s=%s" % kv for kv in params.items())
-    return "redis://127.0.0.1:%d/0?%s" % (r.port, q)
-
-
-def cluster_url(nodes, **params):
-    params.setdefault("prefix", "c-" + uuid.uuid4().hex[:10])
-    q = "&".join("%s=%s" % kv for kv in params.items())
-    return "redis-cluster://%s?%s" % (",".join("127.0.0.1:%d" % r.port for r in nodes[:2]), q)
+from conftest import NIL_ARRAY, RespError, encode_command, now_ms, pairs, wait_until
+from redisprocs import REDIS_CLI, cluster_url, procs, url_of  # noqa: F401 (procs: fixture)
 
 
 def info_fields(conn):
@@ -328,7 +211,14 @@ def test_outage_redis_hangs(procs):
     assert c.call("ADD", "t", "a", "x") == b"a"
     r.send_signal(signal.SIGSTOP)
     try:
-        _unavailable_within(c, 2.2, "ADD", "t", "b", "x")
+        # sent, no answer: the outcome is unknown, and the error says so (not UNAVAILABLE,
+        # which promises that nothing was changed)
+        t0 = time.monotonic()
+        rep = c.call("ADD", "t", "b", "x")
+        assert isinstance(rep, RespError) and rep.code == "TIMEOUT", rep
+        assert "may or may not" in rep.msg, rep
+        assert time.monotonic() - t0 <= 2.2
+        # reads change nothing: UNAVAILABLE
         _unavailable_within(c, 2.2, "GET", "t", "a")
         # pipelined requests all answer too
         c.send_raw(b"".join(b"*3\r\n$3\r\nGET\r\n$1\r\nt\r\n$1\r\na\r\n" for _ in range(50)))
@@ -342,6 +232,26 @@ def test_outage_redis_hangs(procs):
         r.send_signal(signal.SIGCONT)
     assert wait_until(lambda: isinstance(c.call("GET", "t", "a"), list), 8, 0.1)
     assert pairs(c.call("GET", "t", "a"))["body"] == b"x"
+    # the ADD that timed out did land, as docs/protocol.md says may happen: adding it again
+    # with the same id tells (EXISTS)
+    assert isinstance(c.call("GET", "t", "b"), list)
+    rep = c.call("ADD", "t", "b", "x")
+    assert isinstance(rep, RespError) and rep.code == "EXISTS", rep
+
+
+def test_outage_never_sent_is_unavailable_and_changes_nothing(procs):
+    # Redis is gone: the ADD cannot be sent, the answer is UNAVAILABLE, and once Redis is
+    # back (same data: AOF) the job does not exist
+    r = procs.redis("--appendonly", "yes", "--appendfsync", "always")
+    s = procs.delayqd(url_of(r))
+    c = s.raw(timeout=10)
+    assert c.call("ADD", "t", "a", "x") == b"a"
+    r.stop(signal.SIGKILL)
+    _unavailable_within(c, 2.0, "ADD", "t", "b", "x")
+    _unavailable_within(c, 2.0, "DEL", "t", "a")
+    r.start()
+    assert wait_until(lambda: isinstance(c.call("GET", "t", "a"), list), 8, 0.05)
+    assert c.call("GET", "t", "b") is None
 
 
 def test_aof_always_keeps_every_acknowledged_add_across_kill9(procs):

@@ -87,6 +87,34 @@ static void test_bad_urls(void **state) {
     bad("redis://h?prefix", "prefix");
     bad("redis-cluster://a:1,", "empty host");
     bad("redis://[::1", "IPv6");
+    bad("redis://h?replicas=101", "replicas");
+    bad("redis://h?replicas=x", "replicas");
+    bad("redis-sentinel://a:26379", "master name");
+    bad("redis-sentinel://a:26379/", "master name");
+    bad("redis-sentinel://a:26379/?prefix=p", "master name");
+    bad("redis-sentinel://a:26379/my master", "master name");
+}
+
+static void test_sentinel_and_replicas(void **state) {
+    struct redis_url u;
+    char err[256] = "";
+    assert_int_equal(redis_url_parse("redis-sentinel://a:26379,b:26380,c/mymaster?prefix=p&replicas=1",
+                                     &u, err, sizeof err), 0);
+    assert_true(u.sentinel);
+    assert_false(u.cluster);
+    assert_int_equal(u.nhosts, 3);
+    assert_string_equal(u.hosts[1].host, "b");
+    assert_int_equal(u.hosts[1].port, 26380);
+    assert_string_equal(u.master, "mymaster");
+    assert_string_equal(u.prefix, "p");
+    assert_int_equal(u.replicas, 1);
+    assert_int_equal(redis_url_parse("redis-sentinel://:pw@a:26379/m", &u, err, sizeof err), 0);
+    assert_string_equal(u.master, "m");
+    assert_string_equal(u.password, "pw");
+    assert_int_equal(u.replicas, 0);
+    assert_int_equal(redis_url_parse("redis-cluster://a:1?replicas=2", &u, err, sizeof err), 0);
+    assert_int_equal(u.replicas, 2);
+    assert_false(u.sentinel);
 }
 
 static void test_crc16_and_slots(void **state) {
@@ -159,6 +187,7 @@ int main(void) {
         cmocka_unit_test(test_standalone_full),
         cmocka_unit_test(test_cluster),
         cmocka_unit_test(test_bad_urls),
+        cmocka_unit_test(test_sentinel_and_replicas),
         cmocka_unit_test(test_crc16_and_slots),
         cmocka_unit_test(test_id_shard),
         cmocka_unit_test(test_shard_tags),

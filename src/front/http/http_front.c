@@ -5,11 +5,14 @@
 #include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/http.h>
+#include <event2/listener.h>
 #include <event2/keyvalq_struct.h>
 #include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 
 #include "core/metrics.h"
@@ -169,31 +172,44 @@ static const char *reason(int status) {
     }
 }
 
-void hreq_raw(struct hreq *r, int status, const char *content_type,
-              const char *data, size_t len) {
+struct evbuffer *hreq_body(struct hreq *r) {
+    return r->req ? evhttp_request_get_output_buffer(r->req) : NULL;
+}
+
+void hreq_send(struct hreq *r, int status, const char *content_type) {
     if (r->req) {
-        struct evbuffer *b = evbuffer_new();
-        evbuffer_add(b, data, len);
         evhttp_add_header(evhttp_request_get_output_headers(r->req),
                           "Content-Type", content_type);
-        evhttp_send_reply(r->req, status, reason(status), b);
-        evbuffer_free(b);
+        evhttp_send_reply(r->req, status, reason(status), NULL);
     }
     hreq_free(r);
 }
 
+void hreq_raw(struct hreq *r, int status, const char *content_type,
+              const char *data, size_t len) {
+    struct evbuffer *b = hreq_body(r);
+    if (b) evbuffer_add(b, data, len);
+    hreq_send(r, status, content_type);
+}
+
+static int dump_cb(const char *p, size_t n, void *ud) {
+    return evbuffer_add(ud, p, n);
+}
+
 void hreq_json(struct hreq *r, int status, void *json) {
     json_t *doc = json;
-    char *s = json_dumps(doc, JSON_COMPACT);
-    json_decref(doc);
-    if (!s) {
-        hreq_error(r, 500, "ERR", "cannot render the reply as JSON");
-        return;
+    struct evbuffer *b = hreq_body(r);
+    if (b) {
+        if (json_dump_callback(doc, dump_cb, b, JSON_COMPACT) != 0) {
+            evbuffer_drain(b, evbuffer_get_length(b));
+            json_decref(doc);
+            hreq_error(r, 500, "ERR", "cannot render the reply as JSON");
+            return;
+        }
+        evbuffer_add(b, "\n", 1); /* a reply is a line, for curl users */
     }
-    size_t n = strlen(s);
-    s[n] = '\n'; /* replace the NUL: a reply is a line, for curl users */
-    hreq_raw(r, status, "application/json", s, n + 1);
-    free(s);
+    json_decref(doc);
+    hreq_send(r, status, "application/json");
 }
 
 void hreq_error(struct hreq *r, int status, const char *code, const char *fmt,
@@ -203,11 +219,10 @@ void hreq_error(struct hreq *r, int status, const char *code, const char *fmt,
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    json_t *doc = json_object();
-    json_object_set_new(doc, "error", json_string(code));
-    /* the message may quote client bytes that are not UTF-8 */
-    json_t *m = json_string(msg);
-    json_object_set_new(doc, "message", m ? m : json_string("(not UTF-8)"));
+    /* the message may quote client bytes, cut anywhere: keep it ASCII */
+    for (char *p = msg; *p; p++)
+        if ((unsigned char)*p < 0x20 || (unsigned char)*p >= 0x7f) *p = '?';
+    json_t *doc = json_pack("{ssss}", "error", code, "message", msg);
     hreq_json(r, status, doc);
 }
 
@@ -256,15 +271,34 @@ struct http_front *http_front_new(struct event_base *base, struct core *core,
                                             EVHTTP_REQ_DELETE |
                                             EVHTTP_REQ_HEAD);
     evhttp_set_gencb(f->http, request_cb, f);
-    f->sock = evhttp_bind_socket_with_handle(f->http, cfg->bind,
-                                             (ev_uint16_t)cfg->port);
-    if (!f->sock) {
-        snprintf(err, errlen, "cannot listen on %s:%d (HTTP): %s", cfg->bind,
-                 cfg->port, strerror(errno));
+    /* Our own listener: evhttp's own has a backlog of 128, and a burst
+     * of connections past it waits out the SYN retry (a second). */
+    struct sockaddr_storage ss;
+    int sslen = sizeof ss;
+    char addr[300];
+    snprintf(addr, sizeof addr, strchr(cfg->bind, ':') ? "[%s]:%d" : "%s:%d",
+             cfg->bind, cfg->port);
+    if (evutil_parse_sockaddr_port(addr, (struct sockaddr *)&ss, &sslen)) {
+        snprintf(err, errlen, "invalid --bind address '%s'", cfg->bind);
         http_front_free(f);
         return NULL;
     }
-    log_info("delayqd listening on %s:%d (HTTP)", cfg->bind, cfg->port);
+    struct evconnlistener *l = evconnlistener_new_bind(
+        base, NULL, NULL,
+        LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC, 511,
+        (struct sockaddr *)&ss, sslen);
+    if (!l) {
+        snprintf(err, errlen, "cannot listen on %s (HTTP): %s", addr,
+                 strerror(errno));
+        http_front_free(f);
+        return NULL;
+    }
+    /* accepted sockets inherit it (Linux): replies leave at once */
+    int one = 1;
+    setsockopt(evconnlistener_get_fd(l), IPPROTO_TCP, TCP_NODELAY, &one,
+               sizeof one);
+    f->sock = evhttp_bind_listener(f->http, l);
+    log_info("delayqd listening on %s (HTTP)", addr);
     return f;
 }
 

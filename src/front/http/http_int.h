@@ -29,6 +29,7 @@ struct evhttp;
 struct evhttp_bound_socket;
 struct evhttp_connection;
 struct evhttp_request;
+struct evbuffer;
 struct event;
 struct event_base;
 
@@ -70,6 +71,10 @@ struct hreq {
 /* Reply and free r: status with a JSON document (stolen), or raw bytes.
  * When the client is gone (r->req NULL) they only free r. */
 void hreq_json(struct hreq *r, int status, void *json);
+/* For replies written by hand: the body buffer (NULL when the client is
+ * gone), then hreq_send replies with it and frees r. */
+struct evbuffer *hreq_body(struct hreq *r);
+void hreq_send(struct hreq *r, int status, const char *content_type);
 void hreq_raw(struct hreq *r, int status, const char *content_type,
               const char *data, size_t len);
 /* While r waits (a long-poll RESERVE), watch its socket: when the client

@@ -77,10 +77,30 @@ static bool failed(struct hreq *r, const struct dq_result *res) {
     return true;
 }
 
+/* The hot replies are written by hand, without building a document. */
 static void reply_int(struct hreq *r, const struct dq_result *res,
                       const char *key) {
     if (failed(r, res)) return;
-    hreq_json(r, 200, json_pack("{sI}", key, (json_int_t)res->n));
+    evbuffer_add_printf(hreq_body(r), "{\"%s\":%" PRId64 "}\n", key, res->n);
+    hreq_send(r, 200, "application/json");
+}
+
+/* s as a JSON string: s is printable ASCII (a checked topic or id). */
+static void add_ascii(struct evbuffer *b, const char *s, size_t n) {
+    evbuffer_add(b, "\"", 1);
+    size_t i = 0;
+    while (i < n) {
+        size_t j = i;
+        while (j < n && s[j] != '"' && s[j] != '\\') j++;
+        evbuffer_add(b, s + i, j - i);
+        if (j < n) {
+            char esc[2] = {'\\', s[j]};
+            evbuffer_add(b, esc, 2);
+            j++;
+        }
+        i = j;
+    }
+    evbuffer_add(b, "\"", 1);
 }
 
 static void done_deleted(void *pd, const struct dq_result *res) {
@@ -108,7 +128,13 @@ static void done_state(void *pd, const struct dq_result *res) {
 static void done_add(void *pd, const struct dq_result *res) {
     struct hreq *r = pd;
     if (failed(r, res)) return;
-    hreq_json(r, 201, json_pack("{ssso}", "topic", r->topic, "id", jstr(res->id)));
+    struct evbuffer *b = hreq_body(r);
+    evbuffer_add(b, "{\"topic\":", 9);
+    add_ascii(b, r->topic, strlen(r->topic));
+    evbuffer_add(b, ",\"id\":", 6);
+    add_ascii(b, res->id.p, res->id.len);
+    evbuffer_add(b, "}\n", 2);
+    hreq_send(r, 201, "application/json");
 }
 
 static void done_get(void *pd, const struct dq_result *res) {
@@ -211,6 +237,58 @@ static void done_metrics(void *pd, const struct core_snapshot *s) {
     prom_render(&out, core_metrics(core_of(r)), s);
     hreq_raw(r, 200, "text/plain; version=0.0.4; charset=utf-8", out.p, out.len);
     buf_free(&out);
+}
+
+static json_t *stats_object(const struct dq_stats *s) {
+    return json_pack("{s{sIsIsIsI} sIsIsIsI sIsIsIsI}", "jobs",
+                     "delayed", (json_int_t)s->jobs[DQ_DELAYED],
+                     "ready", (json_int_t)s->jobs[DQ_READY],
+                     "reserved", (json_int_t)s->jobs[DQ_RESERVED],
+                     "dead", (json_int_t)s->jobs[DQ_DEAD],
+                     "added", (json_int_t)s->added,
+                     "reserved", (json_int_t)s->reserved,
+                     "acked", (json_int_t)s->acked,
+                     "nacked", (json_int_t)s->nacked,
+                     "expired", (json_int_t)s->expired,
+                     "dead", (json_int_t)s->dead,
+                     "deleted", (json_int_t)s->deleted,
+                     "kicked", (json_int_t)s->kicked);
+}
+
+/* GET /v1/info: the server at a glance, for the dashboard (DESIGN §11). */
+static void done_info(void *pd, const struct core_snapshot *s) {
+    struct hreq *r = pd;
+    if (!r->req || !r->f) {
+        hreq_raw(r, 0, NULL, NULL, 0);
+        return;
+    }
+    struct core *c = core_of(r);
+    const struct metrics *m = core_metrics(c);
+    const struct hist *lag = metrics_fire_lag_all(m);
+    json_t *topics = json_array();
+    for (size_t i = 0; i < s->ntopics; i++) {
+        json_t *t = stats_object(&s->topics[i].stats);
+        json_object_set_new(t, "topic", jstr(s->topics[i].topic));
+        json_array_append_new(topics, t);
+    }
+    static const char *const dash[] = {"off", "readonly", "on"};
+    int d = r->f->cfg.dashboard;
+    json_t *o = json_pack(
+        "{ss sb sI sI ss s{sIsfsfsf} so so}",
+        "store", core_store_name(c),
+        "store_up", s->status == DQ_OK,
+        "connected_clients", (json_int_t)metrics_clients_now(m),
+        "blocked_clients", (json_int_t)core_blocked(c),
+        "dashboard", d >= 0 && d <= 2 ? dash[d] : "off",
+        "fire_lag_seconds", "count", (json_int_t)lag->count,
+        "p50", hist_quantile(lag, 0.5), "p99", hist_quantile(lag, 0.99),
+        "sum", lag->sum,
+        "total", stats_object(&s->total), "topics", topics);
+    if (s->log_bytes >= 0)
+        json_object_set_new(o, "log_bytes", json_integer(s->log_bytes));
+    if (s->status != DQ_OK)
+        json_object_set_new(o, "store_error", json_string(dq_status_code(s->status)));
+    hreq_json(r, 200, o);
 }
 
 /* --- query strings ------------------------------------------------------------ */
@@ -343,6 +421,10 @@ static void h_health(struct hreq *r, struct route_args *a) {
     core_topics(core_of(r), done_health, r);
 }
 
+static void h_info(struct hreq *r, struct route_args *a) {
+    core_snapshot(core_of(r), done_info, r);
+}
+
 static void h_metrics(struct hreq *r, struct route_args *a) {
     core_snapshot(core_of(r), done_metrics, r);
 }
@@ -393,6 +475,8 @@ static const struct route routes[] = {
      "topics holding at least one job"},
     {EVHTTP_REQ_GET, "/v1/stats", 0, HJ_NONE, h_stats,
      "jobs per state and counters: ?topic=T"},
+    {EVHTTP_REQ_GET, "/v1/info", 0, HJ_NONE, h_info,
+     "the server at a glance: store, clients, fire lag, every topic's counts"},
     {EVHTTP_REQ_GET, "/healthz", ROUTE_NOAUTH, HJ_NONE, h_health,
      "200 when the store answers, else 503"},
     {EVHTTP_REQ_GET, "/metrics", 0, HJ_NONE, h_metrics,
@@ -412,35 +496,44 @@ static const struct route routes[] = {
 
 /* --- matching ------------------------------------------------------------------- */
 
+#define MAX_PATH 2048
+
 struct path {
-    char *seg[MAX_SEGMENTS]; /* percent-decoded, malloc'd by evhttp */
+    char buf[MAX_PATH];      /* the decoded segments, back to back */
+    const char *seg[MAX_SEGMENTS];
     size_t len[MAX_SEGMENTS];
     int n;
 };
 
-static void path_free(struct path *p) {
-    for (int i = 0; i < p->n; i++) free(p->seg[i]);
-    p->n = 0;
+static int hexval(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
 }
 
-/* Splits "/a/b%2Fc/d" into decoded segments; false if there are too many. */
+/* Splits "/a/b%2Fc/d" into percent-decoded segments; false if the path is
+ * malformed, too long or has too many segments. */
 static bool path_split(const char *raw, struct path *p) {
+    size_t o = 0;
     p->n = 0;
-    const char *s = raw;
-    while (*s == '/') {
+    for (const char *s = raw; *s == '/';) {
         s++;
-        const char *e = strchr(s, '/');
-        size_t n = e ? (size_t)(e - s) : strlen(s);
         if (p->n == MAX_SEGMENTS) return false;
-        char *tmp = xmalloc(n + 1);
-        memcpy(tmp, s, n);
-        tmp[n] = '\0';
-        size_t out = 0;
-        p->seg[p->n] = evhttp_uridecode(tmp, 0, &out);
-        dq_free(tmp);
-        if (!p->seg[p->n]) return false;
-        p->len[p->n++] = out;
-        s += n;
+        p->seg[p->n] = p->buf + o;
+        size_t start = o;
+        for (; *s && *s != '/'; s++) {
+            char c = *s;
+            if (c == '%') {
+                int hi = hexval(s[1]), lo = hi < 0 ? -1 : hexval(s[2]);
+                if (lo < 0) return false;
+                c = (char)(hi << 4 | lo);
+                s += 2;
+            }
+            if (o == MAX_PATH) return false;
+            p->buf[o++] = c;
+        }
+        p->len[p->n++] = o - start;
     }
     return true;
 }
@@ -492,9 +585,8 @@ void route_dispatch(struct hreq *r) {
     if (method == EVHTTP_REQ_HEAD) method = EVHTTP_REQ_GET;
     const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
     const char *raw = uri ? evhttp_uri_get_path(uri) : NULL;
-    struct path p = {0};
+    struct path p;
     if (!raw || !path_split(raw, &p)) {
-        path_free(&p);
         hreq_error(r, 404, "NOTFOUND", "no such route (see docs/http.md)");
         return;
     }
@@ -514,7 +606,6 @@ void route_dispatch(struct hreq *r) {
                                    nallow ? ", " : "", method_name(routes[i].method));
     }
     if (!rt) {
-        path_free(&p);
         if (nallow) {
             evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", allow);
             hreq_error(r, 405, "ERR", "method %s not allowed here (allowed: %s)",
@@ -529,7 +620,6 @@ void route_dispatch(struct hreq *r) {
         return;
     }
     if (!(rt->flags & ROUTE_NOAUTH) && !authorized(r)) {
-        path_free(&p);
         evhttp_add_header(evhttp_request_get_output_headers(req),
                           "WWW-Authenticate", "Bearer");
         hreq_error(r, 401, "NOAUTH", "authentication required: send "
@@ -541,7 +631,6 @@ void route_dispatch(struct hreq *r) {
     const char *body = len ? (const char *)evbuffer_pullup(in, -1) : "";
     char err[300];
     if (hj_decode(rt->body, body, len, &r->in, err, sizeof err) != 0) {
-        path_free(&p);
         hreq_error(r, 400, "ERR", "%s", err);
         return;
     }
@@ -549,7 +638,6 @@ void route_dispatch(struct hreq *r) {
     TAILQ_INIT(&q);
     const char *qs = evhttp_uri_get_query(uri);
     if (qs && evhttp_parse_query_str(qs, &q) != 0) {
-        path_free(&p);
         evhttp_clear_headers(&q);
         hreq_error(r, 400, "ERR", "malformed query string");
         return;
@@ -559,7 +647,6 @@ void route_dispatch(struct hreq *r) {
         static const char *const none[] = {NULL};
         query_known(r, &q, none); /* replies: this route takes none */
         evhttp_clear_headers(&q);
-        path_free(&p);
         return;
     }
     a.query = &q;
@@ -567,5 +654,4 @@ void route_dispatch(struct hreq *r) {
     a.body_len = len;
     rt->fn(r, &a); /* r may be gone now */
     evhttp_clear_headers(&q);
-    path_free(&p);
 }

@@ -55,13 +55,31 @@ local function cnt(g, f, n)
   if n ~= 0 then g.c[f] = (g.c[f] or 0) + n end
 end
 
+-- Every command whose arguments come from a list goes through callv or
+-- hmget: Lua's unpack puts the list on the C stack, which holds about 8,000
+-- values ("too many results to unpack"), so lists go in chunks of CHUNK (an
+-- even number: field/value and score/member pairs stay whole).
 local function callv(cmd, key, list)
   local n = #list
+  local r
   for i = 1, n, CHUNK do
     local j = i + CHUNK - 1
     if j > n then j = n end
-    call(cmd, key, unpack(list, i, j))
+    r = call(cmd, key, unpack(list, i, j))
   end
+  return r -- the last reply (RPUSH: the list's length)
+end
+
+-- HMGET of any number of fields: the values, in order (false if absent)
+local function hmget(key, ids)
+  local n = #ids
+  if n <= CHUNK then return call('HMGET', key, unpack(ids)) end
+  local out = {}
+  for i = 1, n, CHUNK do
+    local part = call('HMGET', key, unpack(ids, i, math.min(n, i + CHUNK - 1)))
+    for j = 1, #part do out[i + j - 1] = part[j] end
+  end
+  return out
 end
 
 -- the delay zset's member for a record and id
@@ -102,12 +120,17 @@ local function carry(g)
     m = call('ZRANGEBYSCORE', g.delay, '-inf', nows, 'WITHSCORES', 'LIMIT', 0, DCHUNK)
   end
   local nm = #m
-  if nm > 0 then call('ZREMRANGEBYRANK', g.delay, 0, (#e == 0 and nm or nm / 2) - 1) end
+  if nm > 0 then
+    local k = #e == 0 and nm or nm / 2
+    call('ZREMRANGEBYRANK', g.delay, 0, k - 1)
+    cnt(g, 'xdelay', k)
+  end
   if #e > 0 then
     call('ZREMRANGEBYRANK', g.lease, 0, #e / 2 - 1)
+    cnt(g, 'xlease', #e / 2)
     local ids = {}
     for i = 1, #e, 2 do ids[#ids + 1] = e[i] end
-    local recs = call('HMGET', g.pool, unpack(ids))
+    local recs = hmget(g.pool, ids)
     local hs, dz, back, btime = {}, {}, {}, {}
     local nexp, ndead = 0, 0
     for i = 1, #ids do
@@ -144,9 +167,7 @@ local function carry(g)
   end
   if nm > 0 or #e > 0 then g.moved = true end
   if #push > 0 then
-    for i = 1, #push, CHUNK do
-      g.rlen = call('RPUSH', g.ready, unpack(push, i, math.min(#push, i + CHUNK - 1)))
-    end
+    g.rlen = callv('RPUSH', g.ready, push)
     g.rd = true
   end
 end
@@ -175,12 +196,14 @@ end
 local function unlink(g, id, r)
   local st = sbyte(r, 1)
   if st == RESERVED then
-    call('ZREM', g.lease, id)
+    cnt(g, 'xlease', call('ZREM', g.lease, id))
   elseif st == DEAD then
-    call('ZREM', g.dead, id)
+    cnt(g, 'xdead', call('ZREM', g.dead, id))
   elseif st == READY or call('ZREM', g.delay, dmember(r, id)) == 0 then
-    call('LREM', g.ready, 1, id)
+    cnt(g, 'xready', call('LREM', g.ready, 1, id))
     g.rlen = nil
+  else
+    cnt(g, 'xdelay', 1)
   end
 end
 
@@ -198,12 +221,12 @@ end
 local function run_add(g, q)
   local ids = {}
   for i = 1, #q do ids[i] = q[i][1] end
-  local ex = call('HMGET', g.pool, unpack(ids))
+  local ex = hmget(g.pool, ids)
   local hs, pr, pz, seen = {}, {}, {}, {}
   local function write()
-    if #hs > 0 then call('HSET', g.pool, unpack(hs)); hs = {} end
-    if #pr > 0 then g.rlen = call('RPUSH', g.ready, unpack(pr)); pr = {}; g.rd = true end
-    if #pz > 0 then call('ZADD', g.delay, unpack(pz)); pz = {} end
+    if #hs > 0 then callv('HSET', g.pool, hs); hs = {} end
+    if #pr > 0 then g.rlen = callv('RPUSH', g.ready, pr); pr = {}; g.rd = true end
+    if #pz > 0 then callv('ZADD', g.delay, pz); pz = {} end
   end
   local added = 0
   for i = 1, #q do
@@ -246,7 +269,7 @@ end
 
 -- the records of ids popped from the ready list, reserved
 local function take(g, ids, out)
-  local recs = call('HMGET', g.pool, unpack(ids))
+  local recs = hmget(g.pool, ids)
   local hs, zs, nh, k = {}, {}, 0, 0
   local pdl, sdl = {}, {} -- per ttr: packed and printed deadline
   for i = 1, #ids do
@@ -272,8 +295,8 @@ local function take(g, ids, out)
     end
   end
   if k > 0 then
-    call('HSET', g.pool, unpack(hs))
-    call('ZADD', g.lease, unpack(zs))
+    callv('HSET', g.pool, hs)
+    callv('ZADD', g.lease, zs)
     cnt(g, 'reserved', k)
   end
   return k
@@ -287,6 +310,7 @@ local function run_reserve(g, q)
   local ids = call('LPOP', g.ready, need)
   g.rlen = nil
   if not ids then return end
+  cnt(g, 'xready', #ids)
   local jobs = {}
   local k = take(g, ids, jobs)
   local j = 1
@@ -318,6 +342,7 @@ local function run_del(g, q)
   for i = 1, n, CHUNK do
     removed = removed + call('ZREM', g.lease, unpack(all, i, math.min(n, i + CHUNK - 1)))
   end
+  cnt(g, 'xlease', removed)
   if removed == n and not dup then
     callv('HDEL', g.pool, all)
     for i = 1, #q do
@@ -443,7 +468,9 @@ OPS.del = function(gs, a, rt)
   for _, g in ipairs(gs) do
     if not g.o then open(g, true) end
     local n = tonumber(ARGV[p])
-    queue(g, 'del', {{unpack(ARGV, p + 1, p + n)}, field, rt})
+    local ids = {}
+    for i = 1, n do ids[i] = ARGV[p + i] end
+    queue(g, 'del', {ids, field, rt})
     p = p + 1 + n
   end
 end
@@ -466,6 +493,7 @@ OPS.reserve = function(gs, a, rt)
     local ids = call('LPOP', g.ready, need)
     g.rlen = nil
     if ids then
+      cnt(g, 'xready', #ids)
       local jobs = {}
       local k = take(g, ids, jobs)
       for j = 1, k do
@@ -487,7 +515,7 @@ OPS.nack = function(gs, a, rt)
   local r = call('HGET', g.pool, id)
   if not r or sbyte(r, 1) ~= RESERVED then rt[1] = NOTRESERVED; return end
   local st, att, ttr, ret, bk, bb, bm, due, cr = sunpack(HDR, r)
-  call('ZREM', g.lease, id)
+  cnt(g, 'xlease', call('ZREM', g.lease, id))
   cnt(g, 'nacked', 1)
   if att <= ret then
     local d = tonumber(ARGV[a + 1])
@@ -518,6 +546,7 @@ OPS.touch = function(gs, a, rt)
   local dl = now + t
   insert(g, dl, 'l')
   call('ZADD', g.lease, fmt('%d', dl), id)
+  cnt(g, 'xlease', 1) -- it moved: as if removed (LIST's positions, see listpage)
   call('HSET', g.pool, id, ssub(r, 1, 38) .. spack('<d', dl) .. ssub(r, 47))
   rt[1], rt[2] = OK, dl
 end
@@ -532,7 +561,7 @@ OPS.release = function(gs, a, rt)
   if not r or sbyte(r, 1) ~= RESERVED then return end
   local att = sunpack('<I', r, 2)
   if att > 0 then att = att - 1 end
-  call('ZREM', g.lease, id)
+  cnt(g, 'xlease', call('ZREM', g.lease, id))
   call('HSET', g.pool, id, spack('<BI', READY, att) .. ssub(r, 6, 38) .. spack('<d', 0) .. ssub(r, 47))
   g.rlen = call('LPUSH', g.ready, id)
   g.rd = true
@@ -554,7 +583,7 @@ OPS.kick = function(gs, a, rt)
       if need > 0 and need < take then take = need end
       local ids = call('ZRANGE', g.dead, 0, take - 1)
       if #ids == 0 then break end
-      local recs = call('HMGET', g.pool, unpack(ids))
+      local recs = hmget(g.pool, ids)
       local hs, push = {}, {}
       for i = 1, #ids do
         local r = recs[i]
@@ -566,9 +595,10 @@ OPS.kick = function(gs, a, rt)
         end
       end
       call('ZREMRANGEBYRANK', g.dead, 0, #ids - 1)
+      cnt(g, 'xdead', #ids)
       if #push > 0 then
-        call('HSET', g.pool, unpack(hs))
-        g.rlen = call('RPUSH', g.ready, unpack(push))
+        callv('HSET', g.pool, hs)
+        g.rlen = callv('RPUSH', g.ready, push)
         g.rd = true
       end
       cnt(g, 'kicked', #push)
@@ -580,11 +610,22 @@ OPS.kick = function(gs, a, rt)
   rt[1], rt[2] = OK, total
 end
 
--- one page of a LIST over one group: appends ids to out and returns the
--- mode and cursor to continue with ('0', '0': the group is done).
+-- one page of a LIST over one group: appends up to n ids to out and
+-- returns the mode and cursor to continue with ('0', '0': the group is
+-- done). Fewer than n only when the group has no more.
+--
 -- Small sets (<= 512) are paged in the order of a hash of the id, the
--- cursor being the next hash (mode 1); larger ones by Redis's own SCAN
--- cursor (mode 0). Either way a job that stays in the state is listed.
+-- cursor being the next hash (mode 1). Larger ones by position (mode 0):
+-- the cursor is 1 + the position after the page, counted from the set's
+-- first member ever, i.e. plus the members ever removed from it. Every
+-- removal from a set or list adds one to its counter in the stats hash
+-- (xdelay xlease xdead xready; a member that moves counts as removed), so
+-- a page resumes at cursor - 1 - counter: exactly after the last page when
+-- members before it left, earlier (repeating a few ids, never skipping
+-- one) when members after it left or members were inserted before it.
+-- Either way a job that stays in the state for the whole scan is listed,
+-- and each page costs O(log n + COUNT) whatever the set's size.
+local XF = {[DELAYED] = 'xdelay', [READY] = 'xready', [RESERVED] = 'xlease', [DEAD] = 'xdead'}
 local function listpage(g, st, mode, cur, n, out)
   local key, size, skip = g.dead, 0, 1
   if st == READY then
@@ -615,24 +656,25 @@ local function listpage(g, st, mode, cur, n, out)
     end
     return '0', '0'
   end
-  local res
-  if st == READY then
-    res = call('HSCAN', g.pool, cur, 'COUNT', n)
-    local kv = res[2]
-    for i = 1, #kv, 2 do
-      local s = sbyte(kv[i + 1], 1)
-      if s == READY or (s == DELAYED and sunpack('<d', kv[i + 1], 23) <= now) then
-        out[#out + 1] = kv[i]
-      end
-    end
-  else
-    res = call('ZSCAN', key, cur, 'COUNT', n)
-    local kv = res[2]
-    for i = 1, #kv, 2 do
-      if kv[i] ~= LSENT and kv[i] ~= DSENT then out[#out + 1] = ssub(kv[i], skip) end
-    end
+  local xf = XF[st]
+  local x = (tonumber(call('HGET', g.stats, xf)) or 0) + (g.c[xf] or 0)
+  local i = 0
+  if cur ~= '0' then
+    i = tonumber(cur) - 1 - x
+    if i < 0 then i = 0 end
   end
-  return '0', res[1]
+  local items
+  if st == READY then
+    items = call('LRANGE', key, i, i + n - 1)
+  else
+    items = call('ZRANGE', key, i, i + n - 1)
+  end
+  local k = 0
+  for _, m in ipairs(items) do -- a zset's sentinel sorts last (+inf)
+    if m ~= LSENT and m ~= DSENT then k = k + 1; out[#out + 1] = ssub(m, skip) end
+  end
+  if i + k >= size then return '0', '0' end
+  return '0', fmt('%d', x + i + k + 1)
 end
 
 -- list: state mode cursor count; groups in order, the first continuing from

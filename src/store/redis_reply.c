@@ -1,0 +1,416 @@
+/* redis_reply.c -- the Redis store's replies: script results decoded
+ * into the requests' results, records, plain GETs, WAIT for replicas=N, and
+ * what a failed call means (UNAVAILABLE: not sent; TIMEOUT: outcome
+ * unknown). */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "lib/log.h"
+#include "lib/xalloc.h"
+#include "store/redis_int.h"
+
+static int64_t int_at(const redisReply *a, size_t i);
+static const redisReply *str_at(const redisReply *a, size_t i);
+static uint32_t le32(const unsigned char *p);
+static int64_t ledouble(const unsigned char *p);
+static void rec_decode(struct dq_job *j, const unsigned char *h);
+static struct rjob *job_push(struct rreq *rq);
+static void unit_result(struct unit *u, const redisReply *e);
+static void map_error(struct rreq *rq, const char *msg);
+static void map_noreply(struct rreq *rq, const char *err, bool sent);
+static void scall_free(struct scall *sc);
+static void wait_reply_cb(void *pd, redisReply *r, const char *err, bool sent);
+static void replicas_wait(struct scall *sc);
+static void get_cb(void *pd, redisReply *r, const char *err, bool sent);
+
+/* --- replies -------------------------------------------------------------- */
+
+static int64_t int_at(const redisReply *a, size_t i) {
+    if (i >= a->elements) return 0;
+    const redisReply *e = a->element[i];
+    if (e->type == REDIS_REPLY_INTEGER) return e->integer;
+    if (e->type == REDIS_REPLY_STRING) return strtoll(e->str, NULL, 10);
+    return 0;
+}
+
+static const redisReply *str_at(const redisReply *a, size_t i) {
+    if (i >= a->elements || a->element[i]->type != REDIS_REPLY_STRING) return NULL;
+    return a->element[i];
+}
+
+/* --- records ------------------------------------------------------------- */
+
+
+static uint32_t le32(const unsigned char *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+           (uint32_t)p[3] << 24;
+}
+
+static int64_t ledouble(const unsigned char *p) {
+    uint64_t u = 0;
+    for (int i = 7; i >= 0; i--) u = u << 8 | p[i];
+    double d;
+    memcpy(&d, &u, sizeof d);
+    return (int64_t)d;
+}
+
+/* Fills the numbers of j from a record header (REC_HDR bytes). */
+static void rec_decode(struct dq_job *j, const unsigned char *h) {
+    j->state = (enum dq_state)h[0];
+    j->attempts = le32(h + 1);
+    j->ttr = le32(h + 5);
+    j->retries = le32(h + 9);
+    j->backoff.kind = h[13];
+    j->backoff.base = le32(h + 14);
+    j->backoff.max = le32(h + 18);
+    j->due = ledouble(h + 22);
+    j->created = ledouble(h + 30);
+    j->deadline = ledouble(h + 38);
+}
+
+static struct rjob *job_push(struct rreq *rq) {
+    if (rq->njobs == rq->jcap) {
+        rq->jcap = rq->jcap ? rq->jcap * 2 : 4;
+        rq->jobs = xrealloc(rq->jobs, rq->jcap * sizeof *rq->jobs);
+    }
+    struct rjob *x = &rq->jobs[rq->njobs++];
+    memset(x, 0, sizeof *x);
+    return x;
+}
+
+
+
+/* One unit's result (the script's result for its request). */
+static void unit_result(struct unit *u, const redisReply *e) {
+    struct rreq *rq = u->rq;
+    struct dq_store *s = rq->s;
+    if (e->type != REDIS_REPLY_ARRAY || e->elements < 1) {
+        rs_req_fail(rq, DQ_UNAVAILABLE, "unexpected reply from the Redis script");
+        return;
+    }
+    int64_t code = int_at(e, 0);
+    switch (code) {
+    case SR_OK: break;
+    case SR_EXISTS: rs_req_fail(rq, DQ_EXISTS, NULL); return;
+    case SR_BUSY: rs_req_fail(rq, DQ_BUSY, NULL); return;
+    case SR_NOTRESERVED: rs_req_fail(rq, DQ_NOTRESERVED, NULL); return;
+    case SR_TAKEN: rs_add_retry(rq); return;
+    default: rs_req_fail(rq, DQ_UNAVAILABLE, "unexpected reply from the Redis script"); return;
+    }
+    switch (rq->op) {
+    case OP_ADD:
+        if (int_at(e, 1)) s->count_delta++;
+        break;
+    case OP_DEL: case OP_ACK: case OP_PURGE:
+        rq->n += int_at(e, 1);
+        s->count_delta -= int_at(e, 1);
+        break;
+    case OP_KICK:
+        rq->n += int_at(e, 1);
+        if (rq->count) rq->count = (uint64_t)int_at(e, 1) >= rq->count ? 0 : rq->count - (uint64_t)int_at(e, 1);
+        break;
+    case OP_NACK: case OP_TOUCH: case OP_RELEASE:
+        rq->n = int_at(e, 1);
+        break;
+    case OP_RESERVE: /* gidx id record, per job */
+        for (size_t i = 1; i + 3 <= e->elements; i += 3) {
+            int64_t gi = int_at(e, i);
+            const redisReply *id = str_at(e, i + 1), *rec = str_at(e, i + 2);
+            if (gi < 1 || (size_t)gi > u->ng || !id || !rec || rec->len < REC_HDR)
+                continue;
+            struct rshard *sh = rq->gs[u->g0 + (size_t)gi - 1];
+            struct rjob *x = job_push(rq);
+            x->topic = rs_arena_put(rq, sh->t->name, sh->t->len);
+            x->tlen = sh->t->len;
+            x->id = rs_arena_put(rq, id->str, id->len);
+            x->ilen = id->len;
+            x->body = rs_arena_put(rq, rec->str + REC_HDR, rec->len - REC_HDR);
+            x->blen = rec->len - REC_HDR;
+            rec_decode(&x->j, (const unsigned char *)rec->str);
+            if (rq->count) rq->count--;
+        }
+        break;
+    case OP_LIST: { /* group index, mode, cursor, ids... */
+        int64_t gi = int_at(e, 1);
+        uint64_t mode = (uint64_t)int_at(e, 2) & 1;
+        const redisReply *cur = str_at(e, 3);
+        uint64_t v = cur ? strtoull(cur->str, NULL, 10) : 0;
+        if (gi < 1 || (size_t)gi > u->ng) gi = (int64_t)u->ng;
+        uint64_t shard = rq->gs[u->g0 + (size_t)gi - 1]->idx;
+        for (size_t i = 4; i < e->elements; i++) {
+            const redisReply *id = str_at(e, i);
+            if (id) rs_strs_push(rq, id->str, id->len);
+        }
+        uint64_t got = e->elements > 4 ? e->elements - 4 : 0;
+        rq->count = got >= rq->count ? 0 : rq->count - got;
+        if (v == 0 && mode == 0) {
+            rq->rcursor = shard + 1 < s->K ? shard + 1 : 0;
+        } else {
+            rq->rcursor = (v * 2 + mode) * s->K + shard;
+            rq->count = 0; /* this shard is not done: the page ends here */
+        }
+        break;
+    }
+    case OP_STATS: {
+        uint64_t v[12];
+        for (int i = 0; i < 12; i++) v[i] = (uint64_t)int_at(e, (size_t)i + 1);
+        for (int i = 0; i < 4; i++) rq->st.jobs[i] += v[i];
+        rq->st.added += v[4];
+        rq->st.reserved += v[5];
+        rq->st.acked += v[6];
+        rq->st.nacked += v[7];
+        rq->st.expired += v[8];
+        rq->st.dead += v[9];
+        rq->st.deleted += v[10];
+        rq->st.kicked += v[11];
+        break;
+    }
+    case OP_TOPICS: case OP_CARRY:
+        for (size_t i = 0; i < u->ng; i++) rq->hl[u->g0 + i] = int_at(e, i + 1);
+        break;
+    case OP_GET: /* never a script request */
+        break;
+    }
+}
+
+/* A unit of rq is over (result recorded or failure noted). */
+void rs_unit_finished(struct rreq *rq) {
+    struct dq_store *s = rq->s;
+    if (rq->pending > 0) rq->pending--;
+    if (rq->pending > 0) return;
+    if (rq->retry && rq->status == DQ_OK) {
+        rq->retry = false;
+        rs_plan(rq);
+        rs_outbox_units(s, rq);
+        return;
+    }
+    if (rq->status == DQ_OK && OPS[rq->op].sequential &&
+        rq->next_unit < rq->nunits && (rq->count > 0 || rq->kick_all)) {
+        rs_outbox_units(s, rq);
+        return;
+    }
+    if (rq->status == DQ_UNAVAILABLE && rq->units_ok > 0 && op_writes(rq->op)) {
+        /* some of its calls made their changes, the others did not */
+        char m[sizeof rq->errbuf];
+        snprintf(m, sizeof m, "partly done: %.180s", rq->errbuf);
+        rq->status = DQ_OK;
+        rs_req_fail(rq, DQ_TIMEOUT, m);
+    }
+    if (rq->op == OP_TOPICS && rq->status == DQ_OK) {
+        /* topics whose shards hold jobs */
+        for (size_t i = 0; i < rq->ngs;) {
+            struct rtopic *t = rq->gs[i]->t;
+            int64_t sum = 0;
+            size_t j = i;
+            for (; j < rq->ngs && rq->gs[j]->t == t; j++) sum += rq->hl[j];
+            if (sum > 0) rs_strs_push(rq, t->name, t->len);
+            i = j;
+        }
+    }
+    rs_req_complete(rq);
+}
+
+/* An error reply. Redis refuses a command before running it for most
+ * errors (OOM under maxmemory thanks to the script's shebang, CLUSTERDOWN,
+ * TRYAGAIN, READONLY, LOADING, BUSY, MASTERDOWN, NOAUTH...): nothing was
+ * changed. A script that fails while it runs keeps what it did before the
+ * error (Redis does not roll back): the outcome is unknown. */
+static void map_error(struct rreq *rq, const char *msg) {
+    if (strncmp(msg, "OOM", 3) == 0) {
+        rs_req_fail(rq, DQ_FULL, "Redis is out of memory (maxmemory)");
+        return;
+    }
+    char m[180];
+    bool ran = strncmp(msg, "ERR user_script", 15) == 0 ||
+               strncmp(msg, "ERR Error running script", 24) == 0;
+    if (ran && op_writes(rq->op)) {
+        snprintf(m, sizeof m, "the Redis script failed partway, the change may or "
+                 "may not have been made: %s", msg);
+        rs_req_fail(rq, DQ_TIMEOUT, m);
+        return;
+    }
+    snprintf(m, sizeof m, "Redis: %s", msg);
+    rs_req_fail(rq, DQ_UNAVAILABLE, m);
+}
+
+/* No reply: the call was not sent (nothing changed), or it was and the
+ * outcome is unknown. */
+static void map_noreply(struct rreq *rq, const char *err, bool sent) {
+    if (sent && op_writes(rq->op)) {
+        char m[180];
+        snprintf(m, sizeof m, "%s; the change may or may not have been made",
+                 err ? err : "no reply from Redis");
+        rs_req_fail(rq, DQ_TIMEOUT, m);
+        return;
+    }
+    rs_req_fail(rq, DQ_UNAVAILABLE, err ? err : "Redis unavailable");
+}
+
+
+void rs_script_cb(void *pd, redisReply *r, const char *err, bool sent) {
+    struct scall *sc = pd;
+    struct dq_store *s = sc->s;
+    const redisReply *res = NULL, *info = NULL;
+    /* results: flat, per request a count and that many values */
+    redisReply *views = NULL;
+    if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+        r->element[0]->type == REDIS_REPLY_ARRAY &&
+        r->element[1]->type == REDIS_REPLY_ARRAY &&
+        r->element[1]->elements == 2 * sc->ng) {
+        const redisReply *flat = r->element[0];
+        views = xcalloc(sc->nu ? sc->nu : 1, sizeof *views);
+        size_t pos = 0, i = 0;
+        for (; i < sc->nu && pos < flat->elements; i++) {
+            int64_t k = int_at(flat, pos);
+            if (k < 0 || (size_t)k > flat->elements - pos - 1) break;
+            views[i].type = REDIS_REPLY_ARRAY;
+            views[i].elements = (size_t)k;
+            views[i].element = flat->element + pos + 1;
+            pos += 1 + (size_t)k;
+        }
+        if (i == sc->nu && pos == flat->elements) {
+            res = flat;
+            info = r->element[1];
+        }
+    } else if (r && r->type == REDIS_REPLY_ERROR) {
+        rwarn(&s->script_warn, rcli_now_us(), "redis script error: %.150s", r->str);
+    }
+    if (r && r->type != REDIS_REPLY_ERROR && s->script_warn.last[0])
+        rwarn_clear(&s->script_warn);
+    /* timing first, so requests completing below see the new state */
+    if (info) {
+        for (size_t g = 0; g < sc->ng; g++) {
+            struct rshard *sh = sc->groups[g];
+            int64_t nx = int_at(info, 2 * g);
+            if (nx == -2 || s->closing) continue; /* nothing new */
+            int64_t next;
+            if (nx <= -3) { /* jobs queued for that time: "at most" */
+                next = -(nx + 3);
+                if (sh->next < next) next = sh->next;
+            } else { /* the next due time, or none */
+                next = nx < 0 ? INT64_MAX : nx;
+                if (sh->msg_stamp > sc->msg_stamp && sh->next < next) next = sh->next;
+            }
+            rs_heap_set(s, sh, next);
+        }
+        rs_arm_timer(s);
+    }
+    /* replicas=N: changes are acknowledged once N replicas have them */
+    bool wait = false;
+    for (size_t i = 0; res && s->url.replicas > 0 && i < sc->nu && !wait; i++)
+        wait = op_writes(sc->units[i]->rq->op);
+    for (size_t i = 0; i < sc->nu; i++) {
+        struct unit *u = sc->units[i];
+        struct rreq *rq = u->rq;
+        if (res) {
+            unit_result(u, &views[i]);
+            rq->units_ok++;
+        } else if (r && r->type == REDIS_REPLY_ERROR) {
+            map_error(rq, r->str);
+        } else if (r) {
+            map_noreply(rq, "unexpected reply from Redis", true);
+        } else {
+            map_noreply(rq, err, sent);
+        }
+        if (!wait) rs_unit_finished(rq); /* may free u */
+    }
+    if (info && s->cfg.on_ready && !s->closing) {
+        for (size_t g = 0; g < sc->ng; g++) {
+            int64_t rl = int_at(info, 2 * g + 1);
+            if (rl < 0) continue;
+            struct rtopic *t = sc->groups[g]->t;
+            s->cfg.on_ready(s->cfg.ud, (struct dq_str){t->name, t->len},
+                            s->K == 1 ? rl : -1);
+        }
+    }
+    dq_free(views);
+    if (wait) {
+        replicas_wait(sc);
+        return;
+    }
+    scall_free(sc);
+}
+
+static void scall_free(struct scall *sc) {
+    dq_free(sc->units);
+    dq_free(sc->groups);
+    dq_free(sc);
+}
+
+/* WAIT's answer: how many replicas have the call's changes. Fewer than
+ * asked: the changes were made on the master but may be lost if it fails
+ * now, so they are not acknowledged (TIMEOUT: outcome unknown). */
+static void wait_reply_cb(void *pd, redisReply *r, const char *err, bool sent) {
+    struct scall *sc = pd;
+    struct dq_store *s = sc->s;
+    char m[160];
+    bool ok = r && r->type == REDIS_REPLY_INTEGER && r->integer >= s->url.replicas;
+    if (!ok)
+        snprintf(m, sizeof m, "the change was made on the Redis master but %s "
+                 "%d replica%s within %d ms; it may be lost if the master fails",
+                 r && r->type == REDIS_REPLY_INTEGER ? "did not reach" : "could not be confirmed on",
+                 s->url.replicas, s->url.replicas == 1 ? "" : "s", WAIT_MS);
+    for (size_t i = 0; i < sc->nu; i++) {
+        struct rreq *rq = sc->units[i]->rq;
+        if (!ok && op_writes(rq->op)) rs_req_fail(rq, DQ_TIMEOUT, m);
+        rs_unit_finished(rq); /* may free the unit */
+    }
+    scall_free(sc);
+}
+
+static void replicas_wait(struct scall *sc) {
+    struct dq_store *s = sc->s;
+    char n[16], ms[16];
+    const char *av[3] = {"WAIT", n, ms};
+    size_t al[3] = {4, (size_t)snprintf(n, sizeof n, "%d", s->url.replicas),
+                    (size_t)snprintf(ms, sizeof ms, "%d", WAIT_MS)};
+    /* on the connection that ran the script: the one serving its slot */
+    rs_send_raw(s, sc->slot, 3, av, al, wait_reply_cb, sc);
+}
+
+/* --- GET: a plain HGET, decoded here --------------------------------------- */
+
+static void get_cb(void *pd, redisReply *r, const char *err, bool sent) {
+    struct rreq *rq = pd;
+    if (!r) {
+        rs_req_fail(rq, DQ_UNAVAILABLE, err);
+    } else if (r->type == REDIS_REPLY_ERROR) {
+        map_error(rq, r->str);
+    } else if (r->type == REDIS_REPLY_STRING && r->len >= REC_HDR) {
+        const unsigned char *h = (const unsigned char *)r->str;
+        struct rjob *x = job_push(rq);
+        x->topic = rs_arena_put(rq, rq->topic.p, rq->topic.len);
+        x->tlen = rq->topic.len;
+        x->id = rs_arena_put(rq, rq->ids[0].p, rq->ids[0].len);
+        x->ilen = rq->ids[0].len;
+        x->body = rs_arena_put(rq, r->str + REC_HDR, r->len - REC_HDR);
+        x->blen = r->len - REC_HDR;
+        struct dq_job *j = &x->j;
+        rec_decode(j, h);
+        /* what the next carry will make of it, which is the truth now */
+        int64_t now = now_ms(rq->s);
+        if (j->state == DQ_DELAYED && j->due <= now) {
+            j->state = DQ_READY;
+        } else if (j->state == DQ_RESERVED && j->deadline <= now) {
+            j->due = j->deadline;
+            j->state = j->attempts <= j->retries ? DQ_READY : DQ_DEAD;
+        }
+        if (j->state != DQ_RESERVED) j->deadline = 0;
+    } else if (r->type != REDIS_REPLY_NIL) {
+        rs_req_fail(rq, DQ_UNAVAILABLE, "unexpected reply from Redis");
+    }
+    rs_req_complete(rq);
+}
+
+void rs_get_send(struct rreq *rq) {
+    struct dq_store *s = rq->s;
+    struct rtopic *t = rs_topic_get(s, rq->topic.p, rq->topic.len);
+    struct rshard *sh = rs_id_shard(s, t, rq->ids[0]);
+    char key[REDIS_PREFIX_MAX + DQ_TOPIC_MAX + 96];
+    memcpy(key, sh->tag, sh->taglen);
+    memcpy(key + sh->taglen, "pool", 4);
+    const char *av[3] = {"HGET", key, rq->ids[0].p};
+    size_t al[3] = {4, sh->taglen + 4, rq->ids[0].len};
+    rs_send_raw(s, sh->slot, 3, av, al, get_cb, rq);
+}
