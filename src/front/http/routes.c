@@ -615,10 +615,7 @@ void route_dispatch(struct hreq *r) {
         }
         return;
     }
-    if (dash_refuses(r, method)) {
-        path_free(&p);
-        return;
-    }
+    if (dash_refuses(r, method)) return;
     if (!(rt->flags & ROUTE_NOAUTH) && !authorized(r)) {
         evhttp_add_header(evhttp_request_get_output_headers(req),
                           "WWW-Authenticate", "Bearer");
