@@ -3,9 +3,7 @@
  * front/dashboard), and the read-only guard. See http_int.h.
  */
 #include <event2/http.h>
-#include <jansson.h>
 #include <string.h>
-#include <strings.h>
 
 #include "front/dashboard/dashboard.h"
 #include "front/http/http_int.h"
