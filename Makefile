@@ -8,7 +8,7 @@ PYTHON  := /usr/bin/python3
 PKGS    := libevent hiredis jansson
 WARN    := -Wall -Wextra -Werror -Wformat=2 -Wshadow -Wno-unused-parameter \
            -Wstrict-prototypes -Wmissing-prototypes
-CFLAGS  := -std=gnu11 -g -O2 $(WARN) -Isrc -D_GNU_SOURCE
+CFLAGS  := -std=gnu11 -g -O2 $(WARN) -Isrc -Iinclude -D_GNU_SOURCE
 LDLIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm
 SAN     := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
@@ -25,6 +25,7 @@ core_SRC   := $(wildcard src/core/*.c)
 front_SRC  := $(wildcard src/front/*/*.c)
 SERVER_SRC := $(filter-out src/server/main.c,$(wildcard src/server/*.c))
 CLI_SRC    := $(wildcard src/cli/*.c)
+CLIENT_SRC := $(wildcard src/client/*.c)
 
 # --- embedded files: sources in their own language, turned into C ---------
 # Every file listed in EMBED (a path under src/) becomes build/gen/PATH.c,
@@ -58,7 +59,7 @@ endef
 $(foreach l,$(LAYERS),$(eval $(call layer_rules,$(l))))
 
 .PHONY: all run test unit integration fuzz bench clean deps layers
-all: layers bin/delayqd bin/delayq
+all: layers bin/delayqd bin/delayq libdelayq
 
 layers:
 	@scripts/check-layers
@@ -81,9 +82,9 @@ build/rel/gen/%.o: build/gen/%.c
 bin/delayqd: $(call obj,rel,$(SERVER_SRC) src/server/main.c) $(call archives,rel)
 	@mkdir -p bin
 	$(CC) -o $@ $^ $(LDLIBS)
-bin/delayq: $(call obj,rel,$(CLI_SRC)) build/rel/libdq_proto.a build/rel/libdq_lib.a
+bin/delayq: $(call obj,rel,$(CLI_SRC) $(CLIENT_SRC)) build/rel/libdq_proto.a build/rel/libdq_lib.a
 	@mkdir -p bin
-	$(CC) -o $@ $^ $(LDLIBS)
+	$(CC) -pthread -o $@ $^ $(LDLIBS)
 
 run: all
 	./bin/delayqd --bind 127.0.0.1 --port 7700
@@ -102,8 +103,38 @@ build/asan/tests/%: tests/unit/%.c $(call obj,asan,$(SERVER_SRC)) $(call archive
 build/asan/tests/test_bench_hist: $(call obj,asan,src/cli/bench_hist.c)
 build/asan/delayqd: $(call obj,asan,$(SERVER_SRC) src/server/main.c) $(call archives,asan)
 	$(CC) $(SAN) -o $@ $^ $(LDLIBS)
-build/asan/delayq: $(call obj,asan,$(CLI_SRC)) build/asan/libdq_proto.a build/asan/libdq_lib.a
-	$(CC) $(SAN) -o $@ $^ $(LDLIBS)
+build/asan/delayq: $(call obj,asan,$(CLI_SRC) $(CLIENT_SRC)) build/asan/libdq_proto.a build/asan/libdq_lib.a
+	$(CC) $(SAN) -pthread -o $@ $^ $(LDLIBS)
+
+# --- libdelayq: the C client and worker library (include/delayq.h) ------
+# Built from src/client/ alone (hiredis + pthreads); installed with
+# `make install PREFIX=/some/dir` (header, .a, .so, pkg-config file).
+PREFIX  ?= /usr/local
+LIBDQ_VERSION := 0.1.0
+LIBDQ_OBJ := $(call obj,pic,$(CLIENT_SRC))
+.PHONY: libdelayq install
+libdelayq: build/lib/libdelayq.a build/lib/libdelayq.so
+build/pic/%.o: src/%.c | build/.deps-build
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -fPIC -pthread -MMD -MP -c -o $@ $<
+build/lib/libdelayq.a: $(LIBDQ_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+build/lib/libdelayq.so: $(LIBDQ_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) -shared -pthread -Wl,-soname,libdelayq.so.0 -o $@.0 $^ $$(pkg-config --libs hiredis)
+	ln -sf libdelayq.so.0 $@
+install: all
+	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
+	install -m 644 include/delayq.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 build/lib/libdelayq.a $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 build/lib/libdelayq.so.0 $(DESTDIR)$(PREFIX)/lib/
+	ln -sf libdelayq.so.0 $(DESTDIR)$(PREFIX)/lib/libdelayq.so
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(LIBDQ_VERSION)|' src/client/delayq.pc.in \
+	  > $(DESTDIR)$(PREFIX)/lib/pkgconfig/delayq.pc
+	install -m 755 bin/delayqd bin/delayq $(DESTDIR)$(PREFIX)/bin/
+# the client's unit tests run against a real build/asan/delayqd
+build/asan/tests/test_client: $(call obj,asan,$(CLIENT_SRC)) | build/asan/delayqd
 
 unit: $(addprefix build/asan/tests/,$(UNIT_TESTS))
 	@set -e; for t in $^; do echo "== $$t"; $$t; done

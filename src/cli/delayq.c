@@ -4,8 +4,8 @@
  * struct cmd (name, usage, arity, options, handler, one line of help) in the
  * manner of tmux's cmd_entry; `delayq help` and `delayq SUB --help` are
  * generated from it. Durations and times are parsed by lib/duration.h and
- * sent as milliseconds. The server is reached through hiredis's synchronous
- * API, always with argv + lengths (binary-safe).
+ * sent as milliseconds. The server is reached through libdelayq
+ * (include/delayq.h), one typed call per command; `delayq work` is work.c.
  *
  * Error convention of this file: a handler returns the process exit status.
  * Failures that end the command (connection, server error reply, a reply of
@@ -24,10 +24,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <hiredis/hiredis.h>
 #include <jansson.h>
 
+#include "delayq.h"
+
 #include "cli/bench.h"
+#include "cli/work.h"
 #include "lib/buf.h"
 #include "lib/duration.h"
 #include "lib/xalloc.h"
@@ -113,7 +115,7 @@ struct cmd {
 struct cli {
     struct cli_target t;
     int json;
-    redisContext *ctx; /* NULL until the first command is sent */
+    delayq *dq; /* NULL until the first command is sent */
 };
 
 static void die(struct cli *c, const char *fmt, ...)
@@ -126,7 +128,7 @@ static void die(struct cli *c, const char *fmt, ...) {
     vfprintf(stderr, fmt, ap);
     va_end(ap);
     fputc('\n', stderr);
-    if (c && c->ctx) redisFree(c->ctx);
+    if (c) delayq_free(c->dq);
     exit(EXIT_FAIL);
 }
 
@@ -365,123 +367,39 @@ static void args_free(struct args *a) { free(a->pos); }
 
 /* ---- talking to the server ---------------------------------------------- */
 
-/* A command being built: argv with lengths, plus the strings it owns. */
-struct cmdv {
-    int n, cap;
-    const char **argv;
-    size_t *len;
-    int nowned;
-    char **owned;
-};
-
-static void cmdv_addn(struct cmdv *v, const char *p, size_t n) {
-    if (v->n == v->cap) {
-        v->cap = v->cap ? v->cap * 2 : 16;
-        v->argv = xrealloc(v->argv, (size_t)v->cap * sizeof *v->argv);
-        v->len = xrealloc(v->len, (size_t)v->cap * sizeof *v->len);
-        v->owned = xrealloc(v->owned, (size_t)v->cap * sizeof *v->owned);
-    }
-    v->argv[v->n] = p;
-    v->len[v->n++] = n;
-}
-
-static void cmdv_add(struct cmdv *v, const char *s) { cmdv_addn(v, s, strlen(s)); }
-
-static void cmdv_addll(struct cmdv *v, long long x) {
-    char tmp[24];
-    int n = snprintf(tmp, sizeof tmp, "%lld", x);
-    char *s = xstrndup(tmp, (size_t)n);
-    cmdv_addn(v, s, (size_t)n);
-    v->owned[v->nowned++] = s;
-}
-
-static void cmdv_free(struct cmdv *v) {
-    for (int i = 0; i < v->nowned; i++) free(v->owned[i]);
-    free(v->argv);
-    free(v->len);
-    free(v->owned);
-    memset(v, 0, sizeof *v);
-}
-
-static const char *type_name(int type) {
-    switch (type) {
-    case REDIS_REPLY_STRING: return "bulk string";
-    case REDIS_REPLY_ARRAY: return "array";
-    case REDIS_REPLY_INTEGER: return "integer";
-    case REDIS_REPLY_NIL: return "nil";
-    case REDIS_REPLY_STATUS: return "status";
-    case REDIS_REPLY_ERROR: return "error";
-    default: return "unknown";
-    }
-}
-
-/* Connects (with a timeout for the connect only) and authenticates; exits
- * on failure. */
+/* Connects (with a timeout for the connect only) and authenticates through
+ * libdelayq; exits on failure. */
 static void connect_server(struct cli *c) {
-    struct timeval tv = {CONNECT_TIMEOUT_S, 0};
-    c->ctx = redisConnectWithTimeout(c->t.host, c->t.port, tv);
-    if (!c->ctx) die(c, "cannot connect to %s:%d: out of memory", c->t.host, c->t.port);
-    if (c->ctx->err)
-        die(c, "cannot connect to %s:%d: %s", c->t.host, c->t.port,
-            c->ctx->errstr);
-    /* The connect timeout must not become a read timeout: RESERVE may wait
-     * as long as it was told to, forever by default. */
-    struct timeval none = {0, 0};
-    redisSetTimeout(c->ctx, none);
-    if (c->t.password) {
-        struct cmdv v = {0};
-        cmdv_add(&v, "AUTH");
-        cmdv_add(&v, c->t.password);
-        redisReply *r = redisCommandArgv(c->ctx, v.n, v.argv, v.len);
-        cmdv_free(&v);
-        if (!r)
-            die(c, "connection to %s:%d lost during AUTH: %s", c->t.host,
-                c->t.port, c->ctx->errstr);
-        if (r->type == REDIS_REPLY_ERROR) {
-            fflush(stdout);
-            fprintf(stderr, "delayq: AUTH failed: %s\n", r->str);
-            freeReplyObject(r);
-            redisFree(c->ctx);
-            exit(EXIT_FAIL);
-        }
-        freeReplyObject(r);
-    }
+    struct delayq_options o = {
+        .host = c->t.host,
+        .port = c->t.port,
+        .password = c->t.password,
+        .connect_timeout_ms = CONNECT_TIMEOUT_S * 1000,
+        /* no read timeout: RESERVE may wait as long as it was told to */
+        .no_reconnect = 1,
+    };
+    c->dq = delayq_connect(&o);
+    if (!c->dq) die(c, "out of memory");
+    if (delayq_err(c->dq)) die(c, "%s", delayq_errstr(c->dq));
 }
 
-/* Sends argv and waits for the reply, connecting first if needed. Exits on
- * a lost connection or an error reply (freeing v); the caller frees the
- * reply. */
-static redisReply *send_argv(struct cli *c, struct cmdv *v) {
-    if (!c->ctx) connect_server(c);
-    redisReply *r = redisCommandArgv(c->ctx, v->n, v->argv, v->len);
-    if (!r) {
-        if (c->ctx->err == REDIS_ERR_EOF)
-            die(c, "%s:%d closed the connection", c->t.host, c->t.port);
-        die(c, "connection to %s:%d failed: %s", c->t.host, c->t.port,
-            c->ctx->errstr);
-    }
-    if (r->type == REDIS_REPLY_ERROR) {
-        fflush(stdout);
-        fprintf(stderr, "delayq: %s\n", r->str);
-        if (strncmp(r->str, "NOAUTH", 6) == 0 && !c->t.password)
-            fputs("delayq: the server wants a password: pass -a PASSWORD "
-                  "or set DELAYQ_PASSWORD\n", stderr);
-        freeReplyObject(r);
-        cmdv_free(v);
-        redisFree(c->ctx);
-        exit(EXIT_FAIL);
-    }
-    return r;
+/* The connection, made on first use. */
+static delayq *conn(struct cli *c) {
+    if (!c->dq) connect_server(c);
+    return c->dq;
 }
 
-/* Exits unless r has the given type (or nil, when nil_ok). */
-static void expect(struct cli *c, redisReply *r, int type, bool nil_ok,
-                   const char *what) {
-    if (r->type == type || (nil_ok && r->type == REDIS_REPLY_NIL)) return;
-    int got = r->type;
-    freeReplyObject(r);
-    die(c, "unexpected reply to %s: expected %s, got %s", what,
-        type_name(type), type_name(got));
+/* Exits unless rc is DELAYQ_OK, printing the library's error (a server
+ * error reply starts with its code, like "EXISTS ..."). */
+static void check(struct cli *c, int rc) {
+    if (rc == DELAYQ_OK) return;
+    fflush(stdout);
+    fprintf(stderr, "delayq: %s\n", delayq_errstr(c->dq));
+    if (delayq_err(c->dq) == DELAYQ_E_NOAUTH && !c->t.password)
+        fputs("delayq: the server wants a password: pass -a PASSWORD "
+              "or set DELAYQ_PASSWORD\n", stderr);
+    delayq_free(c->dq);
+    exit(EXIT_FAIL);
 }
 
 /* ---- output helpers ------------------------------------------------------- */
@@ -656,36 +574,10 @@ static void json_set_body(json_t *obj, const char *s, size_t n) {
         json_object_set_new(obj, "body_base64", json_base64(s, n));
 }
 
-static json_t *json_from_elem(const redisReply *e) {
-    switch (e->type) {
-    case REDIS_REPLY_INTEGER: return json_integer(e->integer);
-    case REDIS_REPLY_STRING:
-    case REDIS_REPLY_STATUS: {
-        json_t *s = json_stringn(e->str, e->len);
-        return s ? s : json_base64(e->str, e->len);
-    }
-    case REDIS_REPLY_ARRAY: {
-        json_t *a = json_array();
-        for (size_t i = 0; i < e->elements; i++)
-            json_array_append_new(a, json_from_elem(e->element[i]));
-        return a;
-    }
-    default: return json_null();
-    }
-}
-
-/* Exits unless r is a flat field/value array (GET, STATS) whose field names
- * are strings. */
-static void expect_pairs(struct cli *c, redisReply *r, const char *what) {
-    expect(c, r, REDIS_REPLY_ARRAY, false, what);
-    bool ok = r->elements % 2 == 0;
-    for (size_t i = 0; ok && i < r->elements; i += 2)
-        ok = r->element[i]->type == REDIS_REPLY_STRING ||
-             r->element[i]->type == REDIS_REPLY_STATUS;
-    if (!ok) {
-        freeReplyObject(r);
-        die(c, "unexpected reply to %s: expected field/value pairs", what);
-    }
+/* A string from the server (topic, id, cursor): UTF-8 as is, else base64. */
+static json_t *json_str(const char *s) {
+    json_t *j = json_string(s);
+    return j ? j : json_base64(s, strlen(s));
 }
 
 static bool is_time_field(const char *f) {
@@ -726,138 +618,137 @@ static int exec_add(struct cli *c, const struct cmd *self, struct args *a) {
         bp = a->pos[2];
         blen = strlen(bp);
     }
-    struct cmdv v = {0};
-    cmdv_add(&v, "ADD");
-    cmdv_add(&v, a->pos[0]);
-    cmdv_add(&v, a->pos[1]);
-    cmdv_addn(&v, bp, blen);
-    if (a->has[O_DELAY]) cmdv_add(&v, "DELAY"), cmdv_addll(&v, a->num[O_DELAY]);
-    if (a->has[O_AT]) cmdv_add(&v, "AT"), cmdv_addll(&v, a->num[O_AT]);
-    if (a->has[O_TTR]) cmdv_add(&v, "TTR"), cmdv_addll(&v, a->num[O_TTR]);
-    if (a->has[O_RETRIES]) cmdv_add(&v, "RETRIES"), cmdv_addll(&v, a->num[O_RETRIES]);
+    struct delayq_add_opts o = DELAYQ_ADD_OPTS_INIT;
+    if (a->has[O_DELAY]) o.delay_ms = a->num[O_DELAY];
+    if (a->has[O_AT]) o.at_ms = a->num[O_AT];
+    if (a->has[O_TTR]) o.ttr_ms = a->num[O_TTR];
+    if (a->has[O_RETRIES]) o.retries = a->num[O_RETRIES];
     if (a->has[O_BACKOFF]) {
-        cmdv_add(&v, "BACKOFF");
-        cmdv_add(&v, a->backoff.fixed ? "FIXED" : "EXP");
-        cmdv_addll(&v, a->backoff.base);
-        if (!a->backoff.fixed) cmdv_addll(&v, a->backoff.max);
+        o.backoff = a->backoff.fixed ? DELAYQ_BACKOFF_FIXED : DELAYQ_BACKOFF_EXP;
+        o.backoff_base_ms = a->backoff.base;
+        o.backoff_max_ms = a->backoff.max;
     }
-    if (a->has[O_REPLACE]) cmdv_add(&v, "REPLACE");
-    redisReply *r = send_argv(c, &v);
-    cmdv_free(&v);
+    o.replace = a->has[O_REPLACE];
+    char *id = NULL;
+    int rc = delayq_add(conn(c), a->pos[0], a->pos[1], bp, blen, &o, &id);
     buf_free(&body);
-    expect(c, r, REDIS_REPLY_STRING, false, "ADD");
+    check(c, rc);
     if (c->json) {
-        json_t *o = json_object();
-        json_object_set_new(o, "topic", json_string(a->pos[0]));
-        json_object_set_new(o, "id", json_from_elem(r));
-        emit_json(o);
+        json_t *j = json_object();
+        json_object_set_new(j, "topic", json_str(a->pos[0]));
+        json_object_set_new(j, "id", json_str(id));
+        emit_json(j);
     } else {
-        fwrite(r->str, 1, r->len, stdout);
-        putchar('\n');
+        puts(id);
     }
-    freeReplyObject(r);
+    free(id);
     return 0;
 }
 
+/* The fields of a job as GET gives them, in the protocol's order. */
+static const char *const job_fields[] = {"topic", "id", "state", "body", "due", "ttr",
+                                         "retries", "attempts", "created", "deadline"};
+#define NJOB_FIELDS (sizeof job_fields / sizeof job_fields[0])
+
+static int64_t job_int(const struct delayq_job *j, const char *f) {
+    return !strcmp(f, "due")        ? j->due
+           : !strcmp(f, "ttr")      ? j->ttr
+           : !strcmp(f, "retries")  ? j->retries
+           : !strcmp(f, "attempts") ? j->attempts
+           : !strcmp(f, "created")  ? j->created
+                                    : j->deadline;
+}
+
 static int exec_get(struct cli *c, const struct cmd *self, struct args *a) {
-    struct cmdv v = {0};
-    cmdv_add(&v, "GET");
-    cmdv_add(&v, a->pos[0]);
-    cmdv_add(&v, a->pos[1]);
-    redisReply *r = send_argv(c, &v);
-    cmdv_free(&v);
-    if (r->type == REDIS_REPLY_NIL) {
-        freeReplyObject(r);
+    struct delayq_job *j;
+    check(c, delayq_get(conn(c), a->pos[0], a->pos[1], &j));
+    if (!j) {
         if (c->json) emit_json(json_null());
         warnx("no job '%s' in topic '%s'", a->pos[1], a->pos[0]);
         return EXIT_FAIL;
     }
-    expect_pairs(c, r, "GET");
-    if (c->json) {
-        json_t *o = json_object();
-        for (size_t i = 0; i < r->elements; i += 2) {
-            const redisReply *k = r->element[i], *val = r->element[i + 1];
-            if (strcmp(k->str, "body") == 0 && val->type == REDIS_REPLY_STRING)
-                json_set_body(o, val->str, val->len);
-            else
-                json_object_set_new(o, k->str, json_from_elem(val));
+    size_t nf = j->state == DELAYQ_RESERVED ? NJOB_FIELDS : NJOB_FIELDS - 1;
+    json_t *o = c->json ? json_object() : NULL;
+    struct table t = {.ncols = 2};
+    for (size_t i = 0; i < nf; i++) {
+        const char *f = job_fields[i];
+        const char *s = i == 0 ? j->topic : i == 1 ? j->id
+                      : i == 2 ? delayq_state_name(j->state) : NULL;
+        if (o) {
+            if (i == 3) json_set_body(o, j->body, j->body_len);
+            else json_object_set_new(o, f, s ? json_str(s) : json_integer(job_int(j, f)));
+            continue;
         }
+        char *cell;
+        if (i == 3) {
+            cell = escaped(j->body, j->body_len);
+        } else if (s) {
+            cell = escaped(s, strlen(s));
+        } else if (is_time_field(f)) {
+            cell = when(job_int(j, f));
+        } else if (!strcmp(f, "ttr")) {
+            char d[DURATION_FMT_MAX];
+            cell = xstr(duration_format(j->ttr, d, sizeof d));
+        } else {
+            cell = fmt_ll(job_int(j, f));
+        }
+        table_row(&t, xstr(f), cell);
+    }
+    if (o) {
         emit_json(o);
     } else {
-        struct table t = {.ncols = 2};
-        for (size_t i = 0; i < r->elements; i += 2) {
-            const redisReply *k = r->element[i], *val = r->element[i + 1];
-            char *cell;
-            if (val->type == REDIS_REPLY_INTEGER && is_time_field(k->str)) {
-                cell = when(val->integer);
-            } else if (val->type == REDIS_REPLY_INTEGER && !strcmp(k->str, "ttr")) {
-                char d[DURATION_FMT_MAX];
-                cell = xstr(duration_format(val->integer, d, sizeof d));
-            } else if (val->type == REDIS_REPLY_INTEGER) {
-                cell = fmt_ll(val->integer);
-            } else if (val->type == REDIS_REPLY_NIL) {
-                cell = xstr("-");
-            } else if (val->type == REDIS_REPLY_STRING ||
-                       val->type == REDIS_REPLY_STATUS) {
-                cell = escaped(val->str, val->len);
-            } else {
-                cell = xstr("?");
-            }
-            table_row(&t, escaped(k->str, k->len), cell);
-        }
         table_print(&t);
         table_free(&t);
     }
-    freeReplyObject(r);
+    delayq_job_free(j);
     return 0;
 }
 
-/* DEL, ACK: TOPIC ID... -> integer */
-static int exec_count_ids(struct cli *c, const struct cmd *self, struct args *a,
-                          const char *verb, const char *past) {
-    struct cmdv v = {0};
-    cmdv_add(&v, verb);
-    for (int i = 0; i < a->npos; i++) cmdv_add(&v, a->pos[i]);
-    if (a->has[O_COUNT]) cmdv_add(&v, "COUNT"), cmdv_addll(&v, a->num[O_COUNT]);
-    redisReply *r = send_argv(c, &v);
-    cmdv_free(&v);
-    expect(c, r, REDIS_REPLY_INTEGER, false, verb);
+/* Prints "N past" or {"past": N}. */
+static void print_count(struct cli *c, const char *past, int64_t n) {
     if (c->json) {
         json_t *o = json_object();
-        json_object_set_new(o, past, json_integer(r->integer));
+        json_object_set_new(o, past, json_integer(n));
         emit_json(o);
     } else {
-        printf("%lld %s\n", r->integer, past);
+        printf("%lld %s\n", (long long)n, past);
     }
-    freeReplyObject(r);
-    return 0;
 }
 
 static int exec_del(struct cli *c, const struct cmd *self, struct args *a) {
-    return exec_count_ids(c, self, a, "DEL", "deleted");
+    int64_t n;
+    check(c, delayq_del(conn(c), a->pos[0], (const char *const *)a->pos + 1,
+                        (size_t)a->npos - 1, &n));
+    print_count(c, "deleted", n);
+    return 0;
 }
 static int exec_ack(struct cli *c, const struct cmd *self, struct args *a) {
-    return exec_count_ids(c, self, a, "ACK", "acked");
+    int64_t n;
+    check(c, delayq_ack(conn(c), a->pos[0], (const char *const *)a->pos + 1,
+                        (size_t)a->npos - 1, &n));
+    print_count(c, "acked", n);
+    return 0;
 }
 static int exec_kick(struct cli *c, const struct cmd *self, struct args *a) {
-    return exec_count_ids(c, self, a, "KICK", "kicked");
+    int64_t n;
+    check(c, delayq_kick(conn(c), a->pos[0], a->has[O_COUNT] ? a->num[O_COUNT] : -1, &n));
+    print_count(c, "kicked", n);
+    return 0;
 }
 static int exec_purge(struct cli *c, const struct cmd *self, struct args *a) {
-    return exec_count_ids(c, self, a, "PURGE", "purged");
+    int64_t n;
+    check(c, delayq_purge(conn(c), a->pos[0], &n));
+    print_count(c, "purged", n);
+    return 0;
 }
 
 static int exec_reserve(struct cli *c, const struct cmd *self, struct args *a) {
-    struct cmdv v = {0};
-    cmdv_add(&v, "RESERVE");
-    if (a->has[O_TIMEOUT]) cmdv_add(&v, "TIMEOUT"), cmdv_addll(&v, a->num[O_TIMEOUT]);
-    if (a->has[O_COUNT]) cmdv_add(&v, "COUNT"), cmdv_addll(&v, a->num[O_COUNT]);
-    cmdv_add(&v, "FROM");
-    for (int i = 0; i < a->npos; i++) cmdv_add(&v, a->pos[i]);
-    redisReply *r = send_argv(c, &v);
-    cmdv_free(&v);
-    if (r->type == REDIS_REPLY_NIL ||
-        (r->type == REDIS_REPLY_ARRAY && r->elements == 0)) {
-        freeReplyObject(r);
+    struct delayq_job *jobs;
+    size_t n;
+    check(c, delayq_reserve(conn(c), (const char *const *)a->pos, (size_t)a->npos,
+                            a->has[O_TIMEOUT] ? a->num[O_TIMEOUT] : -1,
+                            a->has[O_COUNT] ? a->num[O_COUNT] : 1, &jobs, &n));
+    if (n == 0) {
         if (c->json) emit_json(json_array());
         char d[DURATION_FMT_MAX];
         if (a->num[O_TIMEOUT] > 0)
@@ -867,30 +758,15 @@ static int exec_reserve(struct cli *c, const struct cmd *self, struct args *a) {
             warnx("no job ready");
         return EXIT_FAIL;
     }
-    expect(c, r, REDIS_REPLY_ARRAY, false, "RESERVE");
-    for (size_t i = 0; i < r->elements; i++) {
-        const redisReply *j = r->element[i];
-        if (j->type != REDIS_REPLY_ARRAY || j->elements < 5 ||
-            j->element[0]->type != REDIS_REPLY_STRING ||
-            j->element[1]->type != REDIS_REPLY_STRING ||
-            j->element[2]->type != REDIS_REPLY_STRING ||
-            j->element[3]->type != REDIS_REPLY_INTEGER ||
-            j->element[4]->type != REDIS_REPLY_INTEGER) {
-            freeReplyObject(r);
-            die(c, "unexpected reply to RESERVE: expected [topic, id, body, "
-                   "attempts, deadline] per job");
-        }
-    }
     if (c->json) {
         json_t *arr = json_array();
-        for (size_t i = 0; i < r->elements; i++) {
-            redisReply **e = r->element[i]->element;
+        for (size_t i = 0; i < n; i++) {
             json_t *o = json_object();
-            json_object_set_new(o, "topic", json_from_elem(e[0]));
-            json_object_set_new(o, "id", json_from_elem(e[1]));
-            json_set_body(o, e[2]->str, e[2]->len);
-            json_object_set_new(o, "attempts", json_integer(e[3]->integer));
-            json_object_set_new(o, "deadline", json_integer(e[4]->integer));
+            json_object_set_new(o, "topic", json_str(jobs[i].topic));
+            json_object_set_new(o, "id", json_str(jobs[i].id));
+            json_set_body(o, jobs[i].body, jobs[i].body_len);
+            json_object_set_new(o, "attempts", json_integer(jobs[i].attempts));
+            json_object_set_new(o, "deadline", json_integer(jobs[i].deadline));
             json_array_append_new(arr, o);
         }
         emit_json(arr);
@@ -898,86 +774,46 @@ static int exec_reserve(struct cli *c, const struct cmd *self, struct args *a) {
         struct table t = {.ncols = 5};
         table_row(&t, xstr("TOPIC"), xstr("ID"), xstr("ATTEMPTS"), xstr("DEADLINE"),
                   xstr("BODY"));
-        for (size_t i = 0; i < r->elements; i++) {
-            redisReply **e = r->element[i]->element;
-            table_row(&t, escaped(e[0]->str, e[0]->len),
-                      escaped(e[1]->str, e[1]->len), fmt_ll(e[3]->integer),
-                      when(e[4]->integer), escaped(e[2]->str, e[2]->len));
+        for (size_t i = 0; i < n; i++) {
+            const struct delayq_job *j = &jobs[i];
+            table_row(&t, escaped(j->topic, strlen(j->topic)), escaped(j->id, strlen(j->id)),
+                      fmt_ll(j->attempts), when(j->deadline), escaped(j->body, j->body_len));
         }
         table_print(&t);
         table_free(&t);
     }
-    freeReplyObject(r);
+    delayq_jobs_free(jobs, n);
     return 0;
 }
 
 static int exec_nack(struct cli *c, const struct cmd *self, struct args *a) {
-    struct cmdv v = {0};
-    cmdv_add(&v, "NACK");
-    cmdv_add(&v, a->pos[0]);
-    cmdv_add(&v, a->pos[1]);
-    if (a->has[O_DELAY]) cmdv_add(&v, "DELAY"), cmdv_addll(&v, a->num[O_DELAY]);
-    redisReply *r = send_argv(c, &v);
-    cmdv_free(&v);
-    if (r->type == REDIS_REPLY_STATUS) r->type = REDIS_REPLY_STRING;
-    expect(c, r, REDIS_REPLY_STRING, false, "NACK");
+    enum delayq_state st;
+    check(c, delayq_nack(conn(c), a->pos[0], a->pos[1],
+                         a->has[O_DELAY] ? a->num[O_DELAY] : -1, &st));
     if (c->json) {
         json_t *o = json_object();
-        json_object_set_new(o, "state", json_from_elem(r));
+        json_object_set_new(o, "state", json_string(delayq_state_name(st)));
         emit_json(o);
     } else {
-        fwrite(r->str, 1, r->len, stdout);
-        putchar('\n');
+        puts(delayq_state_name(st));
     }
-    freeReplyObject(r);
     return 0;
 }
 
 static int exec_touch(struct cli *c, const struct cmd *self, struct args *a) {
-    struct cmdv v = {0};
-    cmdv_add(&v, "TOUCH");
-    cmdv_add(&v, a->pos[0]);
-    cmdv_add(&v, a->pos[1]);
-    if (a->has[O_TTR]) cmdv_add(&v, "TTR"), cmdv_addll(&v, a->num[O_TTR]);
-    redisReply *r = send_argv(c, &v);
-    cmdv_free(&v);
-    expect(c, r, REDIS_REPLY_INTEGER, false, "TOUCH");
+    int64_t deadline;
+    check(c, delayq_touch(conn(c), a->pos[0], a->pos[1],
+                          a->has[O_TTR] ? a->num[O_TTR] : -1, &deadline));
     if (c->json) {
         json_t *o = json_object();
-        json_object_set_new(o, "deadline", json_integer(r->integer));
+        json_object_set_new(o, "deadline", json_integer(deadline));
         emit_json(o);
     } else {
-        char *w = when(r->integer);
+        char *w = when(deadline);
         printf("deadline %s\n", w);
         free(w);
     }
-    freeReplyObject(r);
     return 0;
-}
-
-/* One LIST page; returns the reply (an array [cursor, [ids]], checked). */
-static redisReply *list_page(struct cli *c, struct args *a, const char *cursor,
-                             int64_t count) {
-    struct cmdv v = {0};
-    cmdv_add(&v, "LIST");
-    cmdv_add(&v, a->pos[0]);
-    cmdv_add(&v, a->pos[1]);
-    if (count > 0) cmdv_add(&v, "COUNT"), cmdv_addll(&v, count);
-    if (cursor) cmdv_add(&v, "CURSOR"), cmdv_add(&v, cursor);
-    redisReply *r = send_argv(c, &v);
-    cmdv_free(&v);
-    expect(c, r, REDIS_REPLY_ARRAY, false, "LIST");
-    bool ok = r->elements == 2 &&
-              (r->element[0]->type == REDIS_REPLY_STRING ||
-               r->element[0]->type == REDIS_REPLY_INTEGER) &&
-              r->element[1]->type == REDIS_REPLY_ARRAY;
-    for (size_t i = 0; ok && i < r->element[1]->elements; i++)
-        ok = r->element[1]->element[i]->type == REDIS_REPLY_STRING;
-    if (!ok) {
-        freeReplyObject(r);
-        die(c, "unexpected reply to LIST: expected [cursor, [id ...]]");
-    }
-    return r;
 }
 
 static int exec_list(struct cli *c, const struct cmd *self, struct args *a) {
@@ -991,24 +827,23 @@ static int exec_list(struct cli *c, const struct cmd *self, struct args *a) {
      * page of ids has been shown. */
     size_t shown = 0, want = count > 0 ? (size_t)count : 10;
     for (;;) {
-        redisReply *r = list_page(c, a, cursor, count);
-        const redisReply *list = r->element[1];
-        shown += list->elements;
-        for (size_t i = 0; i < list->elements; i++) {
-            const redisReply *id = list->element[i];
+        char **page, *next;
+        size_t n;
+        check(c, delayq_list(conn(c), a->pos[0], a->pos[1], count, cursor, &page, &n,
+                             &next));
+        shown += n;
+        for (size_t i = 0; i < n; i++) {
             if (ids) {
-                json_array_append_new(ids, json_from_elem(id));
+                json_array_append_new(ids, json_str(page[i]));
             } else {
-                char *s = escaped(id->str, id->len);
+                char *s = escaped(page[i], strlen(page[i]));
                 puts(s);
                 free(s);
             }
         }
+        delayq_strings_free(page, n);
         free(cursor);
-        const redisReply *cur = r->element[0];
-        cursor = cur->type == REDIS_REPLY_INTEGER ? fmt_ll(cur->integer)
-                                                  : xstrndup(cur->str, cur->len);
-        freeReplyObject(r);
+        cursor = next;
         if (strcmp(cursor, "0") == 0 || (!all && shown >= want)) break;
     }
     if (ids) {
@@ -1024,80 +859,66 @@ static int exec_list(struct cli *c, const struct cmd *self, struct args *a) {
 }
 
 static int exec_stats(struct cli *c, const struct cmd *self, struct args *a) {
-    struct cmdv v = {0};
-    cmdv_add(&v, "STATS");
-    if (a->npos) cmdv_add(&v, a->pos[0]);
-    redisReply *r = send_argv(c, &v);
-    cmdv_free(&v);
-    expect_pairs(c, r, "STATS");
-    if (c->json) {
-        json_t *o = json_object();
-        for (size_t i = 0; i < r->elements; i += 2)
-            json_object_set_new(o, r->element[i]->str,
-                                json_from_elem(r->element[i + 1]));
+    struct delayq_stats st;
+    check(c, delayq_stats(conn(c), a->npos ? a->pos[0] : NULL, &st));
+    const int64_t *v = (const int64_t *)&st;
+    json_t *o = c->json ? json_object() : NULL;
+    struct table t = {.ncols = 2};
+    for (int i = 0; i < DELAYQ_STATS_N; i++) {
+        if (o)
+            json_object_set_new(o, delayq_stats_fields[i], json_integer(v[i]));
+        else
+            table_row(&t, xstr(delayq_stats_fields[i]), fmt_ll(v[i]));
+    }
+    if (o) {
         emit_json(o);
     } else {
-        struct table t = {.ncols = 2};
-        for (size_t i = 0; i < r->elements; i += 2) {
-            const redisReply *val = r->element[i + 1];
-            table_row(&t, escaped(r->element[i]->str, r->element[i]->len),
-                      val->type == REDIS_REPLY_INTEGER ? fmt_ll(val->integer)
-                      : val->type == REDIS_REPLY_STRING ? escaped(val->str, val->len)
-                                                        : xstr("-"));
-        }
         table_print(&t);
         table_free(&t);
     }
-    freeReplyObject(r);
     return 0;
 }
 
 static int exec_topics(struct cli *c, const struct cmd *self, struct args *a) {
-    struct cmdv v = {0};
-    cmdv_add(&v, "TOPICS");
-    redisReply *r = send_argv(c, &v);
-    cmdv_free(&v);
-    expect(c, r, REDIS_REPLY_ARRAY, false, "TOPICS");
-    if (c->json) {
-        emit_json(json_from_elem(r));
-    } else {
-        for (size_t i = 0; i < r->elements; i++) {
-            const redisReply *e = r->element[i];
-            if (e->type != REDIS_REPLY_STRING) continue;
-            char *s = escaped(e->str, e->len);
+    char **topics;
+    size_t n;
+    check(c, delayq_topics(conn(c), &topics, &n));
+    json_t *arr = c->json ? json_array() : NULL;
+    for (size_t i = 0; i < n; i++) {
+        if (arr) {
+            json_array_append_new(arr, json_str(topics[i]));
+        } else {
+            char *s = escaped(topics[i], strlen(topics[i]));
             puts(s);
             free(s);
         }
     }
-    freeReplyObject(r);
+    if (arr) emit_json(arr);
+    delayq_strings_free(topics, n);
     return 0;
 }
 
 static int exec_ping(struct cli *c, const struct cmd *self, struct args *a) {
-    if (!c->ctx) connect_server(c);
-    struct cmdv v = {0};
-    cmdv_add(&v, "PING");
-    if (a->npos) cmdv_add(&v, a->pos[0]);
+    delayq *dq = conn(c);
+    char *reply;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    redisReply *r = send_argv(c, &v);
+    int rc = delayq_ping(dq, a->npos ? a->pos[0] : NULL, &reply);
     clock_gettime(CLOCK_MONOTONIC, &t1);
-    cmdv_free(&v);
-    if (r->type == REDIS_REPLY_STATUS) r->type = REDIS_REPLY_STRING;
-    expect(c, r, REDIS_REPLY_STRING, false, "PING");
+    check(c, rc);
     double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 +
                 (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
     if (c->json) {
         json_t *o = json_object();
-        json_object_set_new(o, "reply", json_from_elem(r));
+        json_object_set_new(o, "reply", json_str(reply));
         json_object_set_new(o, "latency_ms", json_real((double)(int64_t)(ms * 1000) / 1000));
         emit_json(o);
     } else {
-        char *s = escaped(r->str, r->len);
+        char *s = escaped(reply, strlen(reply));
         printf("%s (%.3f ms)\n", s, ms);
         free(s);
     }
-    freeReplyObject(r);
+    free(reply);
     return 0;
 }
 
@@ -1130,22 +951,22 @@ static json_t *info_json(const char *s, size_t n) {
 }
 
 static int exec_info(struct cli *c, const struct cmd *self, struct args *a) {
-    struct cmdv v = {0};
-    cmdv_add(&v, "INFO");
-    if (a->npos) cmdv_add(&v, a->pos[0]);
-    redisReply *r = send_argv(c, &v);
-    cmdv_free(&v);
-    if (r->type == REDIS_REPLY_STATUS) r->type = REDIS_REPLY_STRING;
-    expect(c, r, REDIS_REPLY_STRING, false, "INFO");
+    char *text;
+    size_t n;
+    check(c, delayq_info(conn(c), a->npos ? a->pos[0] : NULL, &text, &n));
     if (c->json) {
-        emit_json(info_json(r->str, r->len));
+        emit_json(info_json(text, n));
     } else {
-        for (size_t i = 0; i < r->len; i++)
-            if (r->str[i] != '\r') putchar(r->str[i]);
-        if (r->len && r->str[r->len - 1] != '\n') putchar('\n');
+        for (size_t i = 0; i < n; i++)
+            if (text[i] != '\r') putchar(text[i]);
+        if (n && text[n - 1] != '\n') putchar('\n');
     }
-    freeReplyObject(r);
+    free(text);
     return 0;
+}
+
+static int exec_work(struct cli *c, const struct cmd *self, struct args *a) {
+    return work_main(&c->t, a->npos, a->pos);
 }
 
 static int exec_bench(struct cli *c, const struct cmd *self, struct args *a) {
@@ -1223,6 +1044,10 @@ static const struct cmd commands[] = {
      NULL, false, {{0, NULL}}},
     {"info", "[SECTION]", 0, 1, exec_info, "Show server information", NULL, false,
      {{0, NULL}}},
+    {"work", "--topic T [--topic U] [-c N] [--timeout D] [--grace D] -- COMMAND [ARGS...]",
+     0, -1, exec_work, "Run a command for each job: exit 0 acks, else retries",
+     "Its options are described by 'delayq work --help'; -h, -p and -a apply\n"
+     "as for every command. See docs/workers.md.", true, {{0, NULL}}},
     {"bench", "[OPTIONS]", 0, -1, exec_bench,
      "Load generator: throughput, latency and lateness",
      "Its options are described by 'delayq bench --help'; -h, -p, -a and\n"
@@ -1326,7 +1151,7 @@ int main(int argc, char **argv) {
     }
     int rc = cmd->exec(&c, cmd, &a);
     args_free(&a);
-    if (c.ctx) redisFree(c.ctx);
+    delayq_free(c.dq);
     if (fflush(stdout) != 0 || ferror(stdout)) {
         fprintf(stderr, "delayq: cannot write the output: %s\n", strerror(errno));
         return EXIT_FAIL;

@@ -178,12 +178,41 @@ struct builder {
     struct buf reqs;
     size_t nargs;
     uint64_t njobs;           /* jobs its reserves may take */
+    /* Units merge: consecutive single-shard RESERVEs of one shard become
+     * one script request for all their jobs (a request costs the script
+     * ~4 us of Lua whatever its COUNT), handed back in unit order; so do
+     * ACKs (and DELs) and ADDs, each still told its own result. */
+    size_t nreq;              /* script requests */
+    struct umap *um;          /* per unit (ucap of them) */
+    bool merge_open;          /* the last request may take more units */
+    enum op merge_op;         /* its op */
+    uint32_t merge_gi;        /* its group */
+    size_t merge_off;         /* reserve: its fixed-width COUNT in reqs;
+                                 del/ack: its fixed-width nargs */
+    size_t merge_m_off;       /* del/ack: its fixed-width count of requests */
+    uint64_t merge_count;     /* reserve: COUNT; del/ack: nargs */
+    uint64_t merge_m;         /* del/ack: requests merged */
+};
+
+/* How a unit's result is laid out in its request's: its own (a RESERVE
+ * takes its share of the jobs), or one count among those of merged
+ * ACKs/DELs (code, sum, counts...), or one pair among those of merged ADDs
+ * (code, then code and new per add). */
+enum { UM_PLAIN, UM_DELS, UM_ADDS };
+
+/* Where a unit's result is in the call's reply. */
+struct umap {
+    uint32_t req;             /* the script request */
+    uint32_t sub;             /* merged: its place in the request */
+    uint8_t form;             /* UM_PLAIN, UM_DELS, UM_ADDS */
+    uint64_t want;            /* reserve: jobs it asked for */
 };
 
 struct scall { /* a script call in flight */
     struct dq_store *s;
     struct unit **units;
-    size_t nu;
+    struct umap *um;
+    size_t nu, nreq;
     struct rshard **groups;
     size_t ng;
     uint64_t msg_stamp;

@@ -27,6 +27,8 @@ static void builder_send(struct dq_store *s, struct builder *b, int64_t now);
 static void builder_init(struct dq_store *s, struct builder *b, int slot);
 static void builder_destroy(struct builder *b);
 static bool builder_full(const struct builder *b);
+static size_t put10(struct buf *b, uint64_t v);
+static void patch10(struct buf *b, size_t off, uint64_t v);
 static void flush_outbox(struct dq_store *s);
 
 /* --- RESP argument building -------------------------------------------- */
@@ -322,24 +324,100 @@ static size_t unit_args(struct unit *u, struct buf *sc, int64_t now) {
     }
 }
 
+/* A del/ack unit's arguments start with its mode, "ack" or "del". */
+#define MODE_BYTES (sizeof "$3\r\nack\r\n" - 1)
+
+/* Writes v as a 10-digit argument; returns the offset of its digits. */
+static size_t put10(struct buf *b, uint64_t v) {
+    char t[16];
+    snprintf(t, sizeof t, "%010" PRIu64, v);
+    arg_str(b, t, 10);
+    return b->len - 12;
+}
+
+/* Rewrites the 10 digits at off (put10's) with v. */
+static void patch10(struct buf *b, size_t off, uint64_t v) {
+    char t[16];
+    snprintf(t, sizeof t, "%010" PRIu64, v);
+    memcpy(b->p + off, t, 10);
+}
+
 static void builder_add(struct dq_store *s, struct builder *b, struct unit *u,
                         int64_t now) {
     struct rreq *rq = u->rq;
     uint32_t gi[MAX_UNIT_GROUPS > 1024 ? MAX_UNIT_GROUPS : 1024];
     for (size_t i = 0; i < u->ng; i++) gi[i] = builder_group(s, b, rq->gs[u->g0 + i]);
-    s->scratch.len = 0;
-    size_t na = unit_args(u, &s->scratch, now);
-    arg_cstr(&b->reqs, OPS[rq->op].lua);
-    arg_int(&b->reqs, (int64_t)u->ng);
-    for (size_t i = 0; i < u->ng; i++) arg_int(&b->reqs, gi[i] + 1);
-    arg_int(&b->reqs, (int64_t)na);
-    buf_append(&b->reqs, s->scratch.p, s->scratch.len);
-    b->nargs += 3 + u->ng + na;
-    if (rq->op == OP_RESERVE) b->njobs += rq->count;
     if (b->nu == b->ucap) {
         b->ucap = b->ucap ? b->ucap * 2 : 16;
         b->units = xrealloc(b->units, b->ucap * sizeof *b->units);
+        b->um = xrealloc(b->um, b->ucap * sizeof *b->um);
     }
+    bool dels = (rq->op == OP_ACK || rq->op == OP_DEL) && u->ng == 1;
+    bool adds = rq->op == OP_ADD && u->ng == 1;
+    bool mergeable = (rq->op == OP_RESERVE && u->ng == 1) || dels || adds;
+    struct umap *m = &b->um[b->nu];
+    memset(m, 0, sizeof *m);
+    if (rq->op == OP_RESERVE) b->njobs += rq->count;
+    m->want = rq->count;
+    m->form = dels ? UM_DELS : adds ? UM_ADDS : UM_PLAIN;
+    if (mergeable && b->merge_open && b->merge_op == rq->op && b->merge_gi == gi[0]) {
+        if (dels || adds) { /* its arguments join the last request's */
+            size_t skip = dels ? MODE_BYTES : 0;
+            s->scratch.len = 0;
+            size_t na = unit_args(u, &s->scratch, now) - (dels ? 1 : 0);
+            buf_append(&b->reqs, s->scratch.p + skip, s->scratch.len - skip);
+            b->nargs += na;
+            b->merge_count += na;
+            patch10(&b->reqs, b->merge_off, b->merge_count);
+            patch10(&b->reqs, b->merge_m_off, ++b->merge_m);
+            m->sub = (uint32_t)(b->merge_m - 1);
+        } else { /* raise the last request's COUNT */
+            b->merge_count += rq->count;
+            patch10(&b->reqs, b->merge_off, b->merge_count);
+        }
+        m->req = (uint32_t)(b->nreq - 1);
+        b->units[b->nu++] = u;
+        return;
+    }
+    arg_cstr(&b->reqs, adds ? "adds" : OPS[rq->op].lua);
+    arg_int(&b->reqs, (int64_t)u->ng);
+    for (size_t i = 0; i < u->ng; i++) arg_int(&b->reqs, gi[i] + 1);
+    size_t na;
+    if (adds) { /* nargs and the count of adds in a fixed width */
+        s->scratch.len = 0;
+        size_t una = unit_args(u, &s->scratch, now);
+        na = una + 1; /* m, then id record due member flags per add */
+        b->merge_off = put10(&b->reqs, na);
+        b->merge_m_off = put10(&b->reqs, 1);
+        buf_append(&b->reqs, s->scratch.p, s->scratch.len);
+        b->merge_count = na;
+        b->merge_m = 1;
+    } else if (dels) { /* nargs and the count of requests in a fixed width */
+        s->scratch.len = 0;
+        size_t una = unit_args(u, &s->scratch, now);
+        na = una + 1; /* mode, m, then n ids... */
+        b->merge_off = put10(&b->reqs, na);
+        arg_cstr(&b->reqs, rq->op == OP_ACK ? "ack*" : "del*");
+        b->merge_m_off = put10(&b->reqs, 1);
+        buf_append(&b->reqs, s->scratch.p + MODE_BYTES, s->scratch.len - MODE_BYTES);
+        b->merge_count = na;
+        b->merge_m = 1;
+    } else if (mergeable) { /* the count in a fixed width, so that it can grow */
+        arg_int(&b->reqs, 1);
+        b->merge_off = put10(&b->reqs, rq->count);
+        b->merge_count = rq->count;
+        na = 1;
+    } else {
+        s->scratch.len = 0;
+        na = unit_args(u, &s->scratch, now);
+        arg_int(&b->reqs, (int64_t)na);
+        buf_append(&b->reqs, s->scratch.p, s->scratch.len);
+    }
+    b->merge_open = mergeable;
+    b->merge_op = rq->op;
+    b->merge_gi = gi[0];
+    b->nargs += 3 + u->ng + na;
+    b->um[b->nu].req = (uint32_t)b->nreq++;
     b->units[b->nu++] = u;
 }
 
@@ -373,13 +451,15 @@ static void builder_send(struct dq_store *s, struct builder *b, int64_t now) {
         /* whether jobs may be due: adds skip the carry otherwise */
         arg_cstr(&out, sh->next <= now ? "1" : "0");
     }
-    arg_int(&out, (int64_t)b->nu);
+    arg_int(&out, (int64_t)b->nreq);
     buf_append(&out, b->reqs.p, b->reqs.len);
     int argc = (int)(1 + NKEYS * b->ng + 4 + 3 * b->ng + 1 + b->nargs);
     struct scall *sc = xcalloc(1, sizeof *sc);
     sc->s = s;
     sc->units = b->units;
+    sc->um = b->um;
     sc->nu = b->nu;
+    sc->nreq = b->nreq;
     sc->groups = b->groups;
     sc->ng = b->ng;
     sc->msg_stamp = s->msg_counter;
@@ -392,7 +472,10 @@ static void builder_send(struct dq_store *s, struct builder *b, int64_t now) {
     b->groups = NULL;
     b->ng = b->gcap = 0;
     b->units = NULL;
+    b->um = NULL;
     b->nu = b->ucap = 0;
+    b->nreq = 0;
+    b->merge_open = false;
     b->reqs.len = 0;
     b->nargs = 0;
     b->njobs = 0;
@@ -410,6 +493,7 @@ static void builder_init(struct dq_store *s, struct builder *b, int slot) {
 static void builder_destroy(struct builder *b) {
     dq_free(b->groups);
     dq_free(b->units);
+    dq_free(b->um);
     buf_free(&b->reqs);
 }
 

@@ -259,9 +259,9 @@ void rs_script_cb(void *pd, redisReply *r, const char *err, bool sent) {
         r->element[1]->type == REDIS_REPLY_ARRAY &&
         r->element[1]->elements == 2 * sc->ng) {
         const redisReply *flat = r->element[0];
-        views = xcalloc(sc->nu ? sc->nu : 1, sizeof *views);
+        views = xcalloc(sc->nreq ? sc->nreq : 1, sizeof *views);
         size_t pos = 0, i = 0;
-        for (; i < sc->nu && pos < flat->elements; i++) {
+        for (; i < sc->nreq && pos < flat->elements; i++) {
             int64_t k = int_at(flat, pos);
             if (k < 0 || (size_t)k > flat->elements - pos - 1) break;
             views[i].type = REDIS_REPLY_ARRAY;
@@ -269,7 +269,7 @@ void rs_script_cb(void *pd, redisReply *r, const char *err, bool sent) {
             views[i].element = flat->element + pos + 1;
             pos += 1 + (size_t)k;
         }
-        if (i == sc->nu && pos == flat->elements) {
+        if (i == sc->nreq && pos == flat->elements) {
             res = flat;
             info = r->element[1];
         }
@@ -300,11 +300,39 @@ void rs_script_cb(void *pd, redisReply *r, const char *err, bool sent) {
     bool wait = false;
     for (size_t i = 0; res && s->url.replicas > 0 && i < sc->nu && !wait; i++)
         wait = op_writes(sc->units[i]->rq->op);
+    /* merged reserves: each unit takes its jobs in turn (taken[] per
+     * request, in jobs), through a view of the code and its triplets */
+    size_t *taken = res ? xcalloc(sc->nreq ? sc->nreq : 1, sizeof *taken) : NULL;
+    redisReply **tmp = res ? xmalloc((res->elements + 1) * sizeof *tmp) : NULL;
     for (size_t i = 0; i < sc->nu; i++) {
         struct unit *u = sc->units[i];
         struct rreq *rq = u->rq;
         if (res) {
-            unit_result(u, &views[i]);
+            const struct umap *m = &sc->um[i];
+            redisReply *v = &views[m->req];
+            if (rq->op == OP_RESERVE && u->ng == 1 && v->elements >= 1) {
+                size_t avail = (v->elements - 1) / 3 - taken[m->req];
+                size_t k = avail < m->want ? avail : (size_t)m->want;
+                tmp[0] = v->element[0];
+                memcpy(tmp + 1, v->element + 1 + 3 * taken[m->req], 3 * k * sizeof *tmp);
+                taken[m->req] += k;
+                redisReply sub = {.type = REDIS_REPLY_ARRAY, .elements = 1 + 3 * k,
+                                  .element = tmp};
+                unit_result(u, &sub);
+            } else if (m->form == UM_ADDS && v->elements >= 3 + 2 * (size_t)m->sub) {
+                /* adds merged: code, then code and new per add */
+                redisReply sub = {.type = REDIS_REPLY_ARRAY, .elements = 2,
+                                  .element = v->element + 1 + 2 * m->sub};
+                unit_result(u, &sub);
+            } else if (m->form == UM_DELS && v->elements >= 3 + (size_t)m->sub) {
+                /* del/ack merged: code, sum, then each one's count */
+                tmp[0] = v->element[0];
+                tmp[1] = v->element[2 + m->sub];
+                redisReply sub = {.type = REDIS_REPLY_ARRAY, .elements = 2, .element = tmp};
+                unit_result(u, &sub);
+            } else {
+                unit_result(u, v);
+            }
             rq->units_ok++;
         } else if (r && r->type == REDIS_REPLY_ERROR) {
             map_error(rq, r->str);
@@ -325,6 +353,8 @@ void rs_script_cb(void *pd, redisReply *r, const char *err, bool sent) {
         }
     }
     dq_free(views);
+    dq_free(taken);
+    dq_free(tmp);
     if (wait) {
         replicas_wait(sc);
         return;
@@ -334,6 +364,7 @@ void rs_script_cb(void *pd, redisReply *r, const char *err, bool sent) {
 
 static void scall_free(struct scall *sc) {
     dq_free(sc->units);
+    dq_free(sc->um);
     dq_free(sc->groups);
     dq_free(sc);
 }
@@ -348,9 +379,9 @@ static void wait_reply_cb(void *pd, redisReply *r, const char *err, bool sent) {
     bool ok = r && r->type == REDIS_REPLY_INTEGER && r->integer >= s->url.replicas;
     if (!ok)
         snprintf(m, sizeof m, "the change was made on the Redis master but %s "
-                 "%d replica%s within %d ms; it may be lost if the master fails",
+                 "%d replica%s in time; it may be lost if the master fails",
                  r && r->type == REDIS_REPLY_INTEGER ? "did not reach" : "could not be confirmed on",
-                 s->url.replicas, s->url.replicas == 1 ? "" : "s", WAIT_MS);
+                 s->url.replicas, s->url.replicas == 1 ? "" : "s");
     for (size_t i = 0; i < sc->nu; i++) {
         struct rreq *rq = sc->units[i]->rq;
         if (!ok && op_writes(rq->op)) rs_req_fail(rq, DQ_TIMEOUT, m);
@@ -361,10 +392,16 @@ static void wait_reply_cb(void *pd, redisReply *r, const char *err, bool sent) {
 
 static void replicas_wait(struct scall *sc) {
     struct dq_store *s = sc->s;
+    /* no longer than the requests may still wait (they answer in 2 s) */
+    int64_t deadline = INT64_MAX;
+    for (size_t i = 0; i < sc->nu; i++)
+        if (sc->units[i]->rq->deadline < deadline) deadline = sc->units[i]->rq->deadline;
+    int64_t left = (deadline - rcli_now_us()) / 1000 - 50;
+    int wait_ms = left < 1 ? 1 : left > WAIT_MS ? WAIT_MS : (int)left;
     char n[16], ms[16];
     const char *av[3] = {"WAIT", n, ms};
     size_t al[3] = {4, (size_t)snprintf(n, sizeof n, "%d", s->url.replicas),
-                    (size_t)snprintf(ms, sizeof ms, "%d", WAIT_MS)};
+                    (size_t)snprintf(ms, sizeof ms, "%d", wait_ms)};
     /* on the connection that ran the script: the one serving its slot */
     rs_send_raw(s, sc->slot, 3, av, al, wait_reply_cb, sc);
 }

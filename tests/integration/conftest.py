@@ -743,6 +743,16 @@ class Server:
             log.close()
             try:
                 _wait_ping(self.port, self.proc, max(1.0, deadline - time.monotonic()), "delayqd")
+                # The PING may have been answered by another process that took the port
+                # between free_port() and our bind: ours logs that it listens there first.
+                def ours():
+                    with open(self.log_path, "rb") as f:
+                        f.seek(mark)
+                        run = f.read()
+                    return b"listening on" in run and (b":%d " % self.port) in run
+                wait_until(lambda: ours() or self.proc.poll() is not None, 10)
+                if not ours():
+                    raise RuntimeError("port %d answered, but not by this delayqd" % self.port)
                 return self
             except RuntimeError as e:
                 if self.proc.poll() is None:

@@ -236,6 +236,7 @@ class AddLoad(threading.Thread):
         self.ok_times = []     # monotonic times of those answers
         self.failed = []       # (monotonic time, error code)
         self.unexpected = []   # replies that are neither the id nor UNAVAILABLE/TIMEOUT
+        self.slowest = 0.0     # the longest wait for an answer (s)
         self._halt = threading.Event()
 
     def run(self):
@@ -243,12 +244,14 @@ class AddLoad(threading.Thread):
         while not self._halt.is_set():
             jid = "j%d" % i
             i += 1
+            t0 = time.monotonic()
             try:
                 rep = self.conn.call("ADD", self.topic, jid, self.body)
             except Exception as e:  # the test fails on it below
                 self.unexpected.append(repr(e))
                 return
             t = time.monotonic()
+            self.slowest = max(self.slowest, t - t0)
             if rep == jid.encode():
                 self.acked.append(jid)
                 self.ok_times.append(t)
@@ -273,6 +276,9 @@ class AddLoad(threading.Thread):
         assert not self.is_alive(), "the load thread is stuck"
         self.conn.close()
         assert self.unexpected == [], self.unexpected[:5]
+        # every request answers within 2 s (the store's deadline is 1.8 s; the rest is slack
+        # for a loaded machine)
+        assert self.slowest <= 2.5, "an ADD waited %.2f s for its answer" % self.slowest
 
     def lost(self, conn):
         """Acknowledged ids that the store no longer has (checked with pipelined GETs)."""

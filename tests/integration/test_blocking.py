@@ -188,7 +188,9 @@ def test_delayed_job_reaches_blocked_client_promptly(c, raw):
         assert got[0][1] == b"j%d" % i
         assert late >= -1, "delivered %d ms early" % -late
         worst = max(worst, late)
-    assert worst < 50, "delayed job reached the blocked client %d ms late" % worst
+    # not a sweep or polling interval late; millisecond precision is a benchmark
+    # (docs/benchmarks.md), since a loaded machine can stall any process for tens of ms
+    assert worst < 250, "delayed job reached the blocked client %d ms late" % worst
 
 
 def test_delayed_job_due_before_timeout(c, raw):

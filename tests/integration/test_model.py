@@ -165,7 +165,9 @@ def test_random_against_model(c, seed):
 
 def test_timers_across_wheel_levels(c, raw):
     """Due times spread over the boundaries of 64 ms and 4096 ms wheel levels; every job must
-    reach a waiting consumer at its due time (not early, at most 50 ms late)."""
+    reach a waiting consumer at its due time: never early, and not a sweep or polling interval
+    late. Precision itself (p99 under a millisecond) is a benchmark (docs/benchmarks.md): a
+    bound of a few ms here would fail whenever a loaded CI machine stalls the process."""
     delays = [1, 5, 63, 64, 65, 100, 127, 128, 129, 250, 255, 256, 257, 511, 512, 700, 1023,
               1024, 1025, 1500, 2047, 2048, 2049, 3000, 4095, 4096, 4097, 4300]
     dues = {}
@@ -186,7 +188,7 @@ def test_timers_across_wheel_levels(c, raw):
             order.append(j[1])
             lateness[j[1]] = t - dues[j[1]]
     early = {k: v for k, v in lateness.items() if v < -1}
-    late = {k: v for k, v in lateness.items() if v >= 50}
+    late = {k: v for k, v in lateness.items() if v >= 250}
     assert not early, "delivered early (ms): %r" % early
     assert not late, "delivered late (ms): %r" % late
     assert order == sorted(order, key=lambda k: dues[k])

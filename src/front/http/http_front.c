@@ -185,6 +185,12 @@ void hreq_send(struct hreq *r, int status, const char *content_type) {
     hreq_free(r);
 }
 
+void hreq_drop(struct hreq *r) {
+    /* r->req, if any, is one evhttp detached from its connection: ours */
+    if (r->req) evhttp_request_free(r->req);
+    hreq_free(r);
+}
+
 void hreq_raw(struct hreq *r, int status, const char *content_type,
               const char *data, size_t len) {
     struct evbuffer *b = hreq_body(r);

@@ -81,6 +81,9 @@ void hreq_raw(struct hreq *r, int status, const char *content_type,
  * closes it the connection is closed, which cancels r (evhttp itself does
  * not read while a request is unanswered). */
 void hreq_watch(struct hreq *r);
+/* The client or the front end is gone (r->req NULL, or r->f NULL): frees
+ * r without a reply. */
+void hreq_drop(struct hreq *r);
 /* Replies {"error": code, "message": ...} and frees r. */
 void hreq_error(struct hreq *r, int status, const char *code, const char *fmt,
                 ...) __attribute__((format(printf, 4, 5)));

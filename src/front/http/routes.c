@@ -68,8 +68,8 @@ static json_t *jstr(struct dq_str s) { return json_stringn(s.p, s.len); }
 
 /* The status is an error: replied (returns true). */
 static bool failed(struct hreq *r, const struct dq_result *res) {
-    if (!r->req) { /* the client is gone: drop the reply */
-        hreq_raw(r, 0, NULL, NULL, 0);
+    if (!r->req || !r->f) { /* the client or the front end is gone */
+        hreq_drop(r);
         return true;
     }
     if (res->status == DQ_OK) return false;
@@ -230,7 +230,7 @@ static void done_health(void *pd, const struct dq_result *res) {
 static void done_metrics(void *pd, const struct core_snapshot *s) {
     struct hreq *r = pd;
     if (!r->req || !r->f) {
-        hreq_raw(r, 0, NULL, NULL, 0); /* the client is gone */
+        hreq_drop(r); /* the client is gone */
         return;
     }
     struct buf out = BUF_INIT;
@@ -259,7 +259,7 @@ static json_t *stats_object(const struct dq_stats *s) {
 static void done_info(void *pd, const struct core_snapshot *s) {
     struct hreq *r = pd;
     if (!r->req || !r->f) {
-        hreq_raw(r, 0, NULL, NULL, 0);
+        hreq_drop(r);
         return;
     }
     struct core *c = core_of(r);

@@ -460,11 +460,51 @@ OPS.add = function(gs, a, rt)
   queue(g, 'add', {ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], rt})
 end
 
--- del / ack: mode, then per group: n ids... -> code, how many existed
+-- adds: m, then m x (id record due member flags): m adds on one group,
+-- merged by the caller -> code, then per add: its code, 1 if the id was new
+OPS.adds = function(gs, a, rt)
+  local g = gs[1]
+  if not g.o then open(g, g.cf ~= '1') end
+  local m = tonumber(ARGV[a])
+  local pairs_ = {}
+  local p = a + 1
+  for e = 1, m do
+    local sub = {OK, 0}
+    pairs_[e] = sub
+    queue(g, 'add', {ARGV[p], ARGV[p + 1], ARGV[p + 2], ARGV[p + 3], ARGV[p + 4], sub})
+    p = p + 5
+  end
+  rt[1] = OK
+  rt.pairs = pairs_
+end
+
+-- del / ack: mode ('ack' or 'del'), then per group: n ids... -> code, how
+-- many existed; or mode 'ack*' / 'del*' (below)
 OPS.del = function(gs, a, rt)
-  local field = ARGV[a] == 'ack' and 'acked' or 'deleted'
+  local mode = ARGV[a]
+  local field = (mode == 'ack' or mode == 'ack*') and 'acked' or 'deleted'
   local p = a + 1
   rt[1], rt[2] = OK, 0
+  if mode == 'ack*' or mode == 'del*' then
+    -- requests merged by the caller, all on the first group: m, then per
+    -- request n ids... -> code, the sum, then each one's count
+    local g = gs[1]
+    if not g.o then open(g, true) end
+    local m = tonumber(ARGV[p])
+    p = p + 1
+    local subs = {}
+    for e = 1, m do
+      local n = tonumber(ARGV[p])
+      local ids = {}
+      for i = 1, n do ids[i] = ARGV[p + i] end
+      local sub = {OK, 0}
+      subs[e] = sub
+      queue(g, 'del', {ids, field, sub})
+      p = p + 1 + n
+    end
+    rt.subs = subs
+    return
+  end
   for _, g in ipairs(gs) do
     if not g.o then open(g, true) end
     local n = tonumber(ARGV[p])
@@ -785,6 +825,17 @@ end
 local res, n = {}, 0
 for r = 1, R do
   local rt = rts[r]
+  if rt.subs then
+    for i, sub in ipairs(rt.subs) do
+      rt[2] = rt[2] + sub[2]
+      rt[2 + i] = sub[2]
+    end
+  elseif rt.pairs then
+    for i, sub in ipairs(rt.pairs) do
+      rt[2 * i] = sub[1]
+      rt[2 * i + 1] = sub[2]
+    end
+  end
   local k = #rt
   res[n + 1] = k
   for i = 1, k do res[n + 1 + i] = rt[i] end
