@@ -34,13 +34,15 @@ CLIENT_SRC := $(wildcard src/client/*.c)
 # `const size_t asset_NAME_len`, NAME being PATH with '/' and '.' as '_'
 # (src/store/lua/delayq.lua -> asset_store_lua_delayq_lua). The generated
 # .c file joins the layer of the directory it comes from.
-EMBED      := src/store/lua/delayq.lua
+DASH_ASSETS := $(wildcard src/front/dashboard/assets/*)
+EMBED      := src/store/lua/delayq.lua $(DASH_ASSETS)
 EMBED_C    := $(patsubst src/%,build/gen/%.c,$(EMBED))
 .SECONDARY: $(EMBED_C)
 build/gen/%.c: src/% scripts/embed
 	@mkdir -p $(dir $@)
-	scripts/embed asset_$(subst .,_,$(subst /,_,$*)) < $< > $@.tmp && mv $@.tmp $@
+	scripts/embed asset_$(subst -,_,$(subst .,_,$(subst /,_,$*))) < $< > $@.tmp && mv $@.tmp $@
 store_SRC  += $(filter build/gen/store/%,$(EMBED_C))
+front_SRC  += $(filter build/gen/front/%,$(EMBED_C))
 
 CORE_SRC   := $(foreach l,$(LAYERS),$($(l)_SRC)) $(SERVER_SRC)
 UNIT_TESTS := $(patsubst tests/unit/%.c,%,$(wildcard tests/unit/test_*.c))

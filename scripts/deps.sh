@@ -8,8 +8,10 @@ set -e
 build="gcc make pkg-config libevent-dev libhiredis-dev libjansson-dev libcurl4-openssl-dev libssl-dev"
 # prometheus: a real scrape of /metrics; nodejs + npm: ioredis and node-redis
 # (installed from tests/node/package.json by the tests) beside redis-py;
+# chromium + chromium-driver + python3-selenium: the dashboard in a real browser;
 # openssl: the push tests' certificates
-test="$build libcmocka-dev python3 python3-pytest python3-redis redis-server redis-tools redis-sentinel prometheus nodejs openssl"
+test="$build libcmocka-dev python3 python3-pytest python3-redis redis-server redis-tools redis-sentinel prometheus nodejs
+      chromium chromium-driver python3-selenium openssl"
 fuzz="$build clang libclang-rt-14-dev"
 bench="$test beanstalkd wrk"
 

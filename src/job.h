@@ -90,6 +90,10 @@ struct dq_add {
 struct dq_stats {
     uint64_t jobs[DQ_NSTATES]; /* indexed by enum dq_state */
     uint64_t added, reserved, acked, nacked, expired, dead, deleted, kicked;
+    /* Due time (unix ms) of the ready job handed out next, the one that has
+     * waited longest; 0 = no ready job, or the store does not say (Redis,
+     * and the all-topics STATS). */
+    int64_t oldest_ready;
     /* Push delivery since this server started (the core fills these from
      * its metrics; stores leave them 0). */
     uint64_t pushed, push_failed;

@@ -1105,10 +1105,13 @@ void engine_stats(const struct engine *e, struct dq_str topic,
         return;
     }
     const struct topic *t = topic_lookup(e, topic);
-    if (t)
+    if (t) {
         *out = t->st;
-    else
+        out->oldest_ready =
+            list_empty(&t->ready) ? 0 : (int64_t)job_of(t->ready.next)->due;
+    } else {
         memset(out, 0, sizeof *out);
+    }
 }
 
 struct topics_ctx {

@@ -10,8 +10,8 @@
 #include "lib/xalloc.h"
 #include "server/config.h"
 #include "store/store.h"
+#include "version.h"
 
-#define DELAYQ_VERSION "0.1.0"
 
 enum opt_kind {
     OPT_STR, OPT_LIST, OPT_PORT, OPT_U64, OPT_FSYNC, OPT_LEVEL, OPT_FLAG,

@@ -367,6 +367,25 @@ static void test_ttr_expiry(void **state) {
     engine_free(e);
 }
 
+/* STATS of a topic names the due time of the ready job handed out next. */
+static void test_oldest_ready(void **state) {
+    struct engine *e = new_engine(NULL, 0);
+    struct dq_add a = mk("t", "late", "", T0 + 300);
+    struct dq_job v;
+    engine_add(e, T0, &a, &v);
+    assert_int_equal(stats(e, "t").oldest_ready, 0); /* none ready yet */
+    a = mk("t", "early", "", T0 + 100);
+    engine_add(e, T0, &a, &v);
+    engine_advance(e, T0 + 1000, 100);
+    assert_int_equal(stats(e, "t").oldest_ready, T0 + 100);
+    reserve1(e, T0 + 1000, "t", "early");
+    assert_int_equal(stats(e, "t").oldest_ready, T0 + 300);
+    reserve1(e, T0 + 1000, "t", "late");
+    assert_int_equal(stats(e, "t").oldest_ready, 0);
+    assert_int_equal(stats(e, "nosuch").oldest_ready, 0);
+    engine_free(e);
+}
+
 static void test_touch(void **state) {
     struct engine *e = new_engine(NULL, 0);
     struct dq_add a = mk("t", "j", "", T0);
@@ -1260,6 +1279,7 @@ int main(void) {
         cmocka_unit_test(test_restore_foreach),
         cmocka_unit_test(test_alloc_failure),
         cmocka_unit_test(test_million_same_ms),
+        cmocka_unit_test(test_oldest_ready),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

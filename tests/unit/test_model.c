@@ -568,8 +568,13 @@ static void check_all(struct engine *e) {
     struct dq_stats s;
     for (int t = 0; t <= NT; t++) {
         engine_stats(e, S(TOPIC[t]), &s);
-        if (t < NT)
+        if (t < NT) {
+            /* the due time of the ready job handed out next */
+            CHECK(s.oldest_ready ==
+                  (M.nready[t] ? M.j[t][M.ready[t][0]].due : 0));
+            s.oldest_ready = 0;
             CHECK(memcmp(&s, &M.st[t], sizeof s) == 0);
+        }
         else
             CHECK(s.added == 0 && s.jobs[DQ_READY] == 0);
     }

@@ -17,6 +17,7 @@
 
 #include "core/metrics.h"
 #include "front/http/http_int.h"
+#include "lib/clock.h"
 #include "lib/log.h"
 #include "lib/xalloc.h"
 
@@ -259,6 +260,7 @@ struct http_front *http_front_new(struct event_base *base, struct core *core,
     f->base = base;
     f->core = core;
     f->cfg = *cfg;
+    f->started_ms = clock_ms();
     htab_init(&f->conns, 64, conn_hash);
     f->http = evhttp_new(base);
     if (!f->http) {

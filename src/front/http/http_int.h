@@ -44,6 +44,7 @@ struct http_front {
     struct hreq *reqs;   /* not answered yet */
     uint64_t inflight;
     bool stopping;
+    int64_t started_ms;  /* unix ms, for the dashboard's uptime */
 };
 
 /* A connection that has sent at least one request. */
@@ -91,6 +92,17 @@ void hreq_result_error(struct hreq *r, const struct dq_result *res);
 
 /* --- routes.c --- */
 void route_dispatch(struct hreq *r);
+
+/* --- dash_routes.c: the dashboard (front/dashboard) --- */
+/* Replies the embedded file at path, or 404 (also with --dashboard off). */
+void dash_asset(struct hreq *r, const char *path);
+/* GET /v1/server and GET /v1/overview?query (NULL = none); they reply. */
+void dash_server(struct hreq *r);
+void dash_overview(struct hreq *r, const char *query);
+/* --dashboard readonly: a change (method not GET) from a browser (Origin
+ * or the page's X-Delayq-Dashboard header) is refused with 403 READONLY.
+ * Returns true when it replied so. */
+bool dash_refuses(struct hreq *r, int method);
 
 /* --- prom.c --- */
 /* Appends the metrics table and the store's snapshot to out in the

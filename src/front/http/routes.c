@@ -438,6 +438,26 @@ static void h_metrics(struct hreq *r, struct route_args *a) {
     core_snapshot(core_of(r), done_metrics, r);
 }
 
+/* The dashboard (dash_routes.c). */
+static void h_page(struct hreq *r, struct route_args *a) { dash_asset(r, "/"); }
+
+static void h_asset(struct hreq *r, struct route_args *a) {
+    char path[64];
+    if (a->id.len > 40 || memchr(a->id.p, '\0', a->id.len)) {
+        hreq_error(r, 404, "NOTFOUND", "no such route (see docs/http.md)");
+        return;
+    }
+    snprintf(path, sizeof path, "/dashboard/%.*s", (int)a->id.len, a->id.p);
+    dash_asset(r, path);
+}
+
+static void h_server(struct hreq *r, struct route_args *a) { dash_server(r); }
+
+static void h_overview(struct hreq *r, struct route_args *a) {
+    const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(r->req);
+    dash_overview(r, uri ? evhttp_uri_get_query(uri) : NULL);
+}
+
 static const struct route routes[] = {
     {EVHTTP_REQ_POST, "/v1/topics/{topic}/jobs", 0, HJ_ADD, h_add,
      "add a job: {id?, body | body_base64, delay?, at?, ttr?, retries?, "
@@ -470,6 +490,16 @@ static const struct route routes[] = {
      "200 when the store answers, else 503"},
     {EVHTTP_REQ_GET, "/metrics", 0, HJ_NONE, h_metrics,
      "Prometheus text format 0.0.4"},
+    /* the dashboard: the page needs no token (it holds no data and shows
+     * the login field) */
+    {EVHTTP_REQ_GET, "/", ROUTE_NOAUTH, HJ_NONE, h_page, "the dashboard"},
+    {EVHTTP_REQ_GET, "/dashboard/{id}", ROUTE_NOAUTH, HJ_NONE, h_asset,
+     "the dashboard's files"},
+    {EVHTTP_REQ_GET, "/v1/server", 0, HJ_NONE, h_server,
+     "version, uptime, store, jobs, memory, clients, fire-lag histogram"},
+    {EVHTTP_REQ_GET, "/v1/overview", 0, HJ_NONE, h_overview,
+     "a page of topics with counts: ?sort=ready|delayed|reserved|dead|total"
+     "|name&limit=N&offset=N&match=S&topic=T"},
 };
 #define NROUTES (sizeof routes / sizeof routes[0])
 
@@ -594,6 +624,7 @@ void route_dispatch(struct hreq *r) {
         }
         return;
     }
+    if (dash_refuses(r, method)) return;
     if (!(rt->flags & ROUTE_NOAUTH) && !authorized(r)) {
         evhttp_add_header(evhttp_request_get_output_headers(req),
                           "WWW-Authenticate", "Bearer");
@@ -617,7 +648,8 @@ void route_dispatch(struct hreq *r) {
         hreq_error(r, 400, "ERR", "malformed query string");
         return;
     }
-    if (rt->fn != h_list && rt->fn != h_stats && q.tqh_first) {
+    if (rt->fn != h_list && rt->fn != h_stats && rt->fn != h_overview &&
+        q.tqh_first) {
         static const char *const none[] = {NULL};
         query_known(r, &q, none); /* replies: this route takes none */
         evhttp_clear_headers(&q);
