@@ -6,9 +6,11 @@
 set -e
 
 build="gcc make pkg-config libevent-dev libhiredis-dev libjansson-dev"
-test="$build libcmocka-dev python3 python3-pytest python3-redis redis-server redis-tools redis-sentinel"
+# prometheus: a real scrape of /metrics; nodejs + npm: ioredis and node-redis
+# (installed from tests/node/package.json by the tests) beside redis-py
+test="$build libcmocka-dev python3 python3-pytest python3-redis redis-server redis-tools redis-sentinel prometheus nodejs"
 fuzz="$build clang libclang-rt-14-dev"
-bench="$test beanstalkd"
+bench="$test beanstalkd wrk"
 
 case "$1" in
 build) want=$build ;;
@@ -23,6 +25,10 @@ for p in $want; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||
         missing="$missing $p"
 done
+# npm comes with some builds of nodejs and as its own package with Debian's
+if [ "$1" = test ] || [ "$1" = bench ]; then
+    command -v npm >/dev/null 2>&1 || missing="$missing npm"
+fi
 [ -z "$missing" ] && exit 0
 
 echo "deps: installing$missing" >&2

@@ -64,6 +64,7 @@ static void call_done(void *pd, const struct dq_result *res) {
     void *upd = k->pd;
     metrics_command(k->core->metrics, k->cmd, clock_mono_us() - k->start_us,
                     res->status);
+    core_note_store(k->core, res->status);
     call_free(k);
     cb(upd, res);
 }
@@ -353,6 +354,24 @@ void core_close(struct core *c) {
 
 uint64_t core_blocked(const struct core *c) { return wait_count(c); }
 
+const char *core_status_message(int status) {
+    static const char *const msgs[] = {
+        [DQ_EXISTS] = "a job with this id already exists in the topic",
+        [DQ_BUSY] = "the job is reserved and cannot be replaced",
+        [DQ_NOTRESERVED] = "the job does not exist or is not reserved",
+        [DQ_FULL] = "--max-jobs reached: delete or ack jobs first",
+        [DQ_UNAVAILABLE] = "the store cannot be reached; nothing was changed",
+        [DQ_IOERR] = "the write failed; nothing was changed",
+        [DQ_NOMEM] = "out of memory; nothing was changed",
+        [DQ_TIMEOUT] = "the store did not answer in time; the change may "
+                       "or may not have happened",
+        [DQ_NOTFOUND] = "no such job",
+    };
+    const char *m = status > 0 && status < (int)(sizeof msgs / sizeof msgs[0])
+                        ? msgs[status] : NULL;
+    return m ? m : "failed";
+}
+
 void core_store_info(struct core *c, dq_info_emit *emit, void *ud) {
     if (c->ops->info) c->ops->info(c->store, emit, ud);
 }
@@ -370,3 +389,9 @@ void core_prefetch(struct core *c, const struct dq_str *keys, size_t n) {
 bool core_can_prefetch(const struct core *c) { return c->ops->prefetch != NULL; }
 
 struct metrics *core_metrics(struct core *c) { return c->metrics; }
+
+void core_note_store(struct core *c, int status) {
+    c->store_down = status == DQ_UNAVAILABLE || status == DQ_TIMEOUT;
+}
+
+int64_t core_store_up(const struct core *c) { return c->store_down ? 0 : 1; }

@@ -120,6 +120,10 @@ struct core_wait *core_reserve(struct core *c, const struct dq_str *topics,
  * jobs reserved for it meanwhile are given back to the store at once. */
 void core_reserve_cancel(struct core_wait *w);
 
+/* A sentence for a status that came without errmsg ("the job is reserved
+ * and cannot be replaced"); "failed" for one without a sentence. */
+const char *core_status_message(int status);
+
 /* Clients blocked in RESERVE now. */
 uint64_t core_blocked(const struct core *c);
 
@@ -137,5 +141,25 @@ bool core_can_prefetch(const struct core *c);
 
 /* The metrics table every front end reads (core/metrics.h). */
 struct metrics *core_metrics(struct core *c);
+
+/* What the store holds, gathered for /metrics, INFO and the dashboard. */
+struct core_topic_stats {
+    struct dq_str topic;
+    struct dq_stats stats;
+};
+struct core_snapshot {
+    int status;                          /* DQ_OK, or why the store failed */
+    const struct core_topic_stats *topics; /* every topic holding jobs */
+    size_t ntopics;
+    struct dq_stats total;               /* over all topics */
+    int64_t log_bytes;                   /* the embedded log; -1 = none */
+};
+typedef void core_snapshot_cb(void *pd, const struct core_snapshot *s);
+/* Asks the store for its topics and each topic's STATS (not counted as
+ * commands in the metrics) and calls cb once with all of them; the
+ * snapshot is valid only during cb. cb may run before this returns. */
+void core_snapshot(struct core *c, core_snapshot_cb *cb, void *pd);
+/* 1 when the last answer from the store was not UNAVAILABLE/TIMEOUT. */
+int64_t core_store_up(const struct core *c);
 
 #endif

@@ -3,6 +3,7 @@
  *   core.c     requests: validation, defaults, the clock, the store call
  *   wait.c     RESERVEs that wait for jobs, and waking them
  *   metrics.c  the metrics table
+ *   snapshot.c what the store holds, for /metrics and the dashboard
  */
 #ifndef DQ_CORE_INT_H
 #define DQ_CORE_INT_H
@@ -23,6 +24,7 @@ struct core {
     struct call *calls; /* free list */
     unsigned ncalls;
     bool stopping;
+    bool store_down;    /* the last store answer was UNAVAILABLE/TIMEOUT */
     char errbuf[512];   /* a validation error's message, during its callback */
 };
 
@@ -42,6 +44,8 @@ void wait_wake_all(struct core *c);
 uint64_t wait_count(const struct core *c);
 
 /* --- core.c --- */
+/* Records whether the store answered (status not UNAVAILABLE/TIMEOUT). */
+void core_note_store(struct core *c, int status);
 /* Jobs were handed to a client: records how late each was (fire lag). */
 void core_handed_out(struct core *c, const struct dq_result *res);
 

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/core.h"
 #include "lib/htab.h"
 #include "lib/xalloc.h"
 
@@ -196,5 +197,76 @@ void metrics_visit(const struct metrics *m, const struct metrics_visitor *v) {
         const struct family *f = &families[i];
         v->family(v->ud, f->name, f->type, f->help);
         f->emit(m, f, v);
+    }
+}
+
+/* --- the store's families ------------------------------------------------- */
+
+static const char *const event_names[] = {
+    "added", "reserved", "acked", "nacked", "expired", "dead", "deleted",
+    "kicked"};
+
+static void stats_add(struct dq_stats *to, const struct dq_stats *s) {
+    for (int i = 0; i < DQ_NSTATES; i++) to->jobs[i] += s->jobs[i];
+    to->added += s->added;
+    to->reserved += s->reserved;
+    to->acked += s->acked;
+    to->nacked += s->nacked;
+    to->expired += s->expired;
+    to->dead += s->dead;
+    to->deleted += s->deleted;
+    to->kicked += s->kicked;
+}
+
+static void stats_events(const struct dq_stats *s, uint64_t ev[8]) {
+    const uint64_t v[8] = {s->added,   s->reserved, s->acked,   s->nacked,
+                           s->expired, s->dead,     s->deleted, s->kicked};
+    memcpy(ev, v, sizeof v);
+}
+
+static void emit_topic_jobs(const struct metrics_visitor *v, const char *topic,
+                            size_t tlen, const struct dq_stats *s) {
+    char labels[DQ_TOPIC_MAX + 64];
+    for (int st = 0; st < DQ_NSTATES; st++) {
+        snprintf(labels, sizeof labels, "topic=\"%.*s\",state=\"%s\"",
+                 (int)tlen, topic, dq_state_name(st));
+        v->value(v->ud, "delayq_jobs", labels, (double)s->jobs[st]);
+    }
+}
+
+static void emit_topic_events(const struct metrics_visitor *v,
+                              const char *topic, size_t tlen,
+                              const struct dq_stats *s) {
+    char labels[DQ_TOPIC_MAX + 64];
+    uint64_t ev[8];
+    stats_events(s, ev);
+    for (int e = 0; e < 8; e++) {
+        snprintf(labels, sizeof labels, "topic=\"%.*s\",event=\"%s\"",
+                 (int)tlen, topic, event_names[e]);
+        v->value(v->ud, "delayq_jobs_total", labels, (double)ev[e]);
+    }
+}
+
+void metrics_visit_store(const struct metrics *m,
+                         const struct core_snapshot *s,
+                         const struct metrics_visitor *v) {
+    size_t own = s->ntopics < m->max_topics ? s->ntopics : m->max_topics;
+    struct dq_stats other = {0};
+    for (size_t i = own; i < s->ntopics; i++) stats_add(&other, &s->topics[i].stats);
+    v->family(v->ud, "delayq_jobs", "gauge", "Jobs held now, per topic and state");
+    for (size_t i = 0; i < own; i++)
+        emit_topic_jobs(v, s->topics[i].topic.p, s->topics[i].topic.len,
+                        &s->topics[i].stats);
+    if (own < s->ntopics) emit_topic_jobs(v, "_other", 6, &other);
+    v->family(v->ud, "delayq_jobs_total", "counter",
+              "Job events since the store began, per topic");
+    for (size_t i = 0; i < own; i++)
+        emit_topic_events(v, s->topics[i].topic.p, s->topics[i].topic.len,
+                          &s->topics[i].stats);
+    if (own < s->ntopics) emit_topic_events(v, "_other", 6, &other);
+    if (s->log_bytes >= 0) {
+        v->family(v->ud, "delayq_log_bytes", "gauge",
+                  "Bytes in the embedded store's append-only log");
+        v->value(v->ud, "delayq_log_bytes", "", (double)s->log_bytes);
     }
 }

@@ -55,6 +55,14 @@ struct metrics_visitor {
 };
 void metrics_visit(const struct metrics *m, const struct metrics_visitor *v);
 
+/* The store's families from a snapshot (core.h's core_snapshot):
+ * delayq_jobs{topic,state}, delayq_jobs_total{topic,event} and, for the
+ * embedded store, delayq_log_bytes; same topic cap as above. */
+struct core_snapshot;
+void metrics_visit_store(const struct metrics *m,
+                         const struct core_snapshot *s,
+                         const struct metrics_visitor *v);
+
 /* The command's lower-case name ("add"). */
 const char *metrics_cmd_name(int cmd);
 

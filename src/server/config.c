@@ -14,7 +14,7 @@
 #define DELAYQ_VERSION "0.1.0"
 
 enum opt_kind { OPT_STR, OPT_PORT, OPT_U64, OPT_FSYNC, OPT_LEVEL, OPT_FLAG,
-                OPT_MS };
+                OPT_MS, OPT_DASHBOARD };
 
 struct opt {
     const char *name;
@@ -43,6 +43,12 @@ static const struct opt opts[] = {
      "most connected clients"},
     {"max-output", OPT_U64, F(max_output), "67108864",
      "reply bytes a client may leave unread before it is dropped"},
+    {"http-port", OPT_PORT, F(http_port), "7780",
+     "TCP port of the HTTP/JSON API and /metrics (0 = off)"},
+    {"metrics-max-topics", OPT_U64, F(metrics_max_topics), "1000",
+     "topics with metric series of their own; the rest are summed as _other"},
+    {"dashboard", OPT_DASHBOARD, F(dashboard), "on",
+     "off | readonly | on: the web dashboard on the HTTP port"},
     {"log-level", OPT_LEVEL, F(log_level), "info", "debug | info | warn | error"},
     {"memory-horizon", OPT_MS, F(memory_horizon), "1h",
      "embedded store: jobs due later than this are kept on disk, only their "
@@ -105,6 +111,12 @@ static int set_opt(struct config *cfg, const struct opt *o, const char *v,
         *(int64_t *)field = ms;
         return 0;
     }
+    case OPT_DASHBOARD: /* enum http_dashboard's order */
+        if (strcmp(v, "off") == 0) *(int *)field = 0;
+        else if (strcmp(v, "readonly") == 0) *(int *)field = 1;
+        else if (strcmp(v, "on") == 0) *(int *)field = 2;
+        else break;
+        return 0;
     case OPT_FLAG:
         if (!v || strcmp(v, "yes") == 0 || strcmp(v, "true") == 0)
             *(bool *)field = true;
@@ -229,6 +241,10 @@ int config_load(struct config *cfg, int argc, char **argv, char *err,
     }
     if (cfg->max_body > 512ULL * 1024 * 1024) {
         snprintf(err, errlen, "--max-body must be at most 536870912");
+        return -1;
+    }
+    if (cfg->metrics_max_topics == 0 || cfg->metrics_max_topics > 1000000) {
+        snprintf(err, errlen, "--metrics-max-topics must be from 1 to 1000000");
         return -1;
     }
     if (cfg->maxclients == 0) {

@@ -24,6 +24,9 @@ struct config {
     uint64_t maxclients;
     uint64_t max_output;  /* per-client reply bytes before it is dropped */
     int log_level;        /* enum log_level */
+    int http_port;        /* 0 = no HTTP front end */
+    uint64_t metrics_max_topics; /* topics with series of their own */
+    int dashboard;        /* enum http_dashboard: off, readonly, on */
     bool repair;
     int64_t memory_horizon; /* ms; 0 = every job in RAM */
 };

@@ -14,6 +14,7 @@
 
 #include "core/core.h"
 #include "core/metrics.h"
+#include "front/http/http_front.h"
 #include "front/resp/resp_front.h"
 #include "lib/clock.h"
 #include "lib/htab.h"
@@ -22,7 +23,9 @@
 
 #define STOP_GRACE_MS 4000
 
-static bool idle(struct server *srv) { return resp_front_idle(srv->resp); }
+static bool idle(struct server *srv) {
+    return resp_front_idle(srv->resp) && http_front_idle(srv->http);
+}
 
 static void stop_check_cb(evutil_socket_t fd, short what, void *arg) {
     struct server *srv = arg;
@@ -41,6 +44,7 @@ static void begin_stop(struct server *srv, const char *why) {
     srv->stop_deadline = clock_ms() + STOP_GRACE_MS;
     core_stop(srv->core); /* RESERVEs read below do not block */
     resp_front_stop(srv->resp);
+    http_front_stop(srv->http);
     core_stop(srv->core); /* and those blocked before answer now */
     stop_check_cb(-1, 0, srv);
 }
@@ -51,11 +55,15 @@ static void signal_cb(evutil_socket_t sig, short what, void *arg) {
 
 static uint64_t clients(void *ud) {
     struct server *srv = ud;
-    return resp_front_clients(srv->resp);
+    return resp_front_clients(srv->resp) + http_front_clients(srv->http);
 }
 
 static int64_t blocked(void *ud) {
     return (int64_t)core_blocked(((struct server *)ud)->core);
+}
+
+static int64_t store_up(void *ud) {
+    return core_store_up(((struct server *)ud)->core);
 }
 
 int server_init(struct server *srv, struct config *cfg) {
@@ -88,6 +96,7 @@ int server_init(struct server *srv, struct config *cfg) {
             .memory_horizon_ms = cfg->memory_horizon,
         },
         .max_body = cfg->max_body,
+        .metrics_max_topics = (uint32_t)cfg->metrics_max_topics,
     };
     if (!cc.ops) {
         log_error("unsupported --store '%s': expected redis://host:port or "
@@ -100,7 +109,7 @@ int server_init(struct server *srv, struct config *cfg) {
         log_error("cannot open the %s store: %s", cc.ops->name, err);
         return -1;
     }
-    metrics_set_gauge_fn(core_metrics(srv->core), blocked, NULL, srv);
+    metrics_set_gauge_fn(core_metrics(srv->core), blocked, store_up, srv);
 
     struct resp_front_config rc = {
         .bind = cfg->bind,
@@ -116,6 +125,23 @@ int server_init(struct server *srv, struct config *cfg) {
     if (!srv->resp) {
         log_error("%s", err);
         return -1;
+    }
+    if (cfg->http_port) {
+        struct http_front_config hc = {
+            .bind = cfg->bind,
+            .port = cfg->http_port,
+            .requirepass = cfg->requirepass,
+            .max_body = cfg->max_body,
+            .maxclients = cfg->maxclients,
+            .dashboard = cfg->dashboard,
+            .clients = clients,
+            .ud = srv,
+        };
+        srv->http = http_front_new(srv->base, srv->core, &hc, err, sizeof err);
+        if (!srv->http) {
+            log_error("%s", err);
+            return -1;
+        }
     }
 
     srv->sig_term = evsignal_new(srv->base, SIGTERM, signal_cb, srv);
@@ -134,6 +160,7 @@ int server_run(struct server *srv) {
 
 void server_free(struct server *srv) {
     resp_front_free(srv->resp);
+    http_front_free(srv->http);
     core_close(srv->core);
     resp_front_cache_free();
     if (srv->sig_term) event_free(srv->sig_term);

@@ -20,12 +20,14 @@ struct core;
 struct event;
 struct event_base;
 struct resp_front;
+struct http_front;
 
 struct server {
     struct event_base *base;
     struct config cfg;
     struct core *core;
     struct resp_front *resp;
+    struct http_front *http; /* NULL with --http-port 0 */
     struct event *sig_term, *sig_int, *stop_timer;
     bool stopping;
     int64_t stop_deadline;

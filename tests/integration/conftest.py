@@ -7,6 +7,8 @@ Environment:
                   once per session, every delayqd gets its own key prefix)
   REDIS_SERVER    redis-server binary for the "redis" store (default /usr/bin/redis-server)
   DELAYQ_TEST_TIMEOUT  per-test watchdog in seconds (default 60)
+  DELAYQ_FRONTS   comma-separated front doors the semantic test files run through:
+                  "resp" and/or "http" (default both; see SEMANTIC_FILES)
 
 Fixtures:
   store        the store under test (parametrized); StoreSpec with .name and .url()
@@ -15,7 +17,11 @@ Fixtures:
   r            redis.Redis on `server` (decode_responses=False)
   clients      factory: clients(port=None, **kw) -> extra redis.Redis
   raw          factory: raw(port=None, timeout=5) -> RespConn (a raw socket with a RESP reader)
-  c            one RespConn on `server`
+  c            one RespConn on `server` -- or, for the "http" front door, an HttpConn that
+               takes the same commands and answers in the same shapes
+  front        the front door under test ("resp" or "http"): parametrized in SEMANTIC_FILES,
+               "resp" elsewhere; `raw` and `c` follow it. Mark a test about RESP itself
+               @pytest.mark.resp_only
   canary       jobs added before a hostile action; canary.check() asserts they are intact
 
 Helpers importable with `from conftest import ...`: RespConn, RespError, Status, NIL_ARRAY,
@@ -26,6 +32,7 @@ Every Server started here is stopped with SIGTERM at teardown; the test then fai
 teardown error) unless delayqd exited 0 within 5 s and printed no sanitizer report.
 """
 
+import json
 import os
 import signal
 import socket
@@ -41,6 +48,10 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 DELAYQD = os.environ.get("DELAYQD") or os.path.join(REPO, "build", "asan", "delayqd")
 REDIS_SERVER = os.environ.get("REDIS_SERVER", "/usr/bin/redis-server")
 STORES = [s.strip() for s in os.environ.get("DELAYQ_STORES", "embedded").split(",") if s.strip()]
+FRONTS = [s.strip() for s in os.environ.get("DELAYQ_FRONTS", "resp,http").split(",") if s.strip()]
+# The files whose tests run through every front door: they test what a command does, not
+# how RESP frames it, so RESP and HTTP cannot drift.
+SEMANTIC_FILES = ("test_commands.py", "test_transitions.py", "test_blocking.py")
 TEST_TIMEOUT = int(os.environ.get("DELAYQ_TEST_TIMEOUT", "60"))
 
 SANITIZER_MARKERS = (
@@ -54,6 +65,8 @@ SANITIZER_MARKERS = (
 def pytest_configure(config):
     config.addinivalue_line(
         "markers", "stores(*names): run this test only against the named stores")
+    config.addinivalue_line(
+        "markers", "resp_only: a test about RESP framing; not run through the HTTP front door")
 
 
 # --------------------------------------------------------------------------
@@ -325,6 +338,273 @@ class RespConn:
         self.close()
 
 
+# --------------------------------------------------------------------------
+# the HTTP front door, in the shape of RespConn
+
+def decode_resp_commands(data):
+    """A pipeline of RESP multibulk requests -> [[arg bytes, ...], ...]."""
+    out, i = [], 0
+    while i < len(data):
+        assert data[i:i + 1] == b"*", data[i:i + 20]
+        j = data.index(b"\r\n", i)
+        n, i, args = int(data[i + 1:j]), j + 2, []
+        for _ in range(n):
+            j = data.index(b"\r\n", i)
+            ln = int(data[i + 1:j])
+            args.append(bytes(data[j + 2:j + 2 + ln]))
+            i = j + 2 + ln + 2
+        out.append(args)
+    return out
+
+
+class HttpConn:
+    """A keep-alive HTTP/1.1 connection to the JSON API that takes RESP-style commands
+    (call/send/read, as RespConn) and answers in RESP's shapes: bulk strings as bytes,
+    integers as int, GET/STATS as flat field lists, nil for a missing job, NIL_ARRAY for an
+    empty RESERVE, RespError("CODE message") for {"error", "message"}. Each command becomes
+    the request of DESIGN §8; requests are pipelined, replies come back in order."""
+
+    def __init__(self, port, host="127.0.0.1", timeout=5.0, token=None):
+        self.sock = socket.create_connection((host, port), timeout=timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.timeout = timeout
+        self.token = token
+        self.buf = bytearray()
+        self.expect = []  # the command of each request sent, oldest first
+        self.closed = False
+
+    # --- commands -> requests
+    @staticmethod
+    def _s(x):
+        return _b(x).decode("utf-8", "surrogateescape")
+
+    @staticmethod
+    def _num(x):
+        """An option value: an int when it is one, else the text (the server names it)."""
+        t = HttpConn._s(x)
+        try:
+            return int(t)
+        except ValueError:
+            return t
+
+    @staticmethod
+    def _q(x):
+        import urllib.parse
+        return urllib.parse.quote(_b(x), safe="")
+
+    def _request(self, args):
+        """-> (method, path, json-or-None)."""
+        import base64
+        cmd = self._s(args[0]).upper()
+        a = list(args[1:])
+        q = self._q
+        if cmd == "ADD":
+            topic, jid, body = a[0], a[1], _b(a[2])
+            doc = {}
+            if _b(jid) != b"*":
+                doc["id"] = self._s(jid)
+            try:
+                doc["body"] = body.decode("utf-8")
+            except UnicodeDecodeError:
+                doc["body_base64"] = base64.b64encode(body).decode()
+            i = 3
+            while i < len(a):
+                o = self._s(a[i]).upper()
+                if o in ("DELAY", "AT", "TTR", "RETRIES"):
+                    doc[o.lower()] = self._num(a[i + 1])
+                    i += 2
+                elif o == "BACKOFF" and self._s(a[i + 1]).upper() == "FIXED":
+                    doc["backoff"] = {"fixed": self._num(a[i + 2])}
+                    i += 3
+                elif o == "BACKOFF" and self._s(a[i + 1]).upper() == "EXP":
+                    doc["backoff"] = {"exp": [self._num(a[i + 2]), self._num(a[i + 3])]}
+                    i += 4
+                elif o == "REPLACE":
+                    doc["replace"] = True
+                    i += 1
+                else:
+                    raise ValueError("HttpConn: no JSON for ADD option %r" % o)
+            return "POST", "/v1/topics/%s/jobs" % q(topic), doc
+        if cmd == "GET":
+            return "GET", "/v1/topics/%s/jobs/%s" % (q(a[0]), q(a[1])), None
+        if cmd in ("DEL", "ACK"):  # one id a request; send_args sends one per id
+            if cmd == "DEL":
+                return "DELETE", "/v1/topics/%s/jobs/%s" % (q(a[0]), q(a[1])), None
+            return "POST", "/v1/topics/%s/jobs/%s/ack" % (q(a[0]), q(a[1])), None
+        if cmd in ("NACK", "TOUCH"):
+            doc = {}
+            if len(a) == 4:
+                doc[self._s(a[2]).lower()] = self._num(a[3])
+            return "POST", "/v1/topics/%s/jobs/%s/%s" % (q(a[0]), q(a[1]), cmd.lower()), doc
+        if cmd == "RESERVE":
+            doc, i = {"timeout": 10 * 365 * 86400 * 1000}, 0  # none = wait forever
+            while self._s(a[i]).upper() != "FROM":
+                doc[self._s(a[i]).lower()] = self._num(a[i + 1])
+                i += 2
+            doc["topics"] = [self._s(t) for t in a[i + 1:]]
+            return "POST", "/v1/reserve", doc
+        if cmd == "KICK":
+            doc = {"count": self._num(a[2])} if len(a) == 3 else {}
+            return "POST", "/v1/topics/%s/kick" % q(a[0]), doc
+        if cmd == "LIST":
+            qs = "state=" + q(a[1])
+            for i in range(2, len(a), 2):
+                qs += "&%s=%s" % (self._s(a[i]).lower(), q(a[i + 1]))
+            return "GET", "/v1/topics/%s/jobs?%s" % (q(a[0]), qs), None
+        if cmd == "PURGE":
+            return "DELETE", "/v1/topics/%s" % q(a[0]), None
+        if cmd == "STATS":
+            return "GET", "/v1/stats" + ("?topic=" + q(a[0]) if a else ""), None
+        if cmd == "TOPICS":
+            return "GET", "/v1/topics", None
+        if cmd == "PING":
+            return "GET", "/healthz", None
+        if cmd == "INFO":
+            return "GET", "/metrics", None
+        raise ValueError("HttpConn: no route for %s (mark the test resp_only)" % cmd)
+
+    def send_args(self, args):
+        cmd = self._s(args[0]).upper()
+        if cmd in ("DEL", "ACK") and len(args) > 3:  # several ids: a request each, summed
+            for jid in args[2:]:
+                self.send_args([args[0], args[1], jid])
+            self.expect[-(len(args) - 2):] = [(cmd, len(args) - 2)]
+            return
+        method, path, doc = self._request(args)
+        body = b"" if doc is None else json.dumps(doc).encode()
+        head = "%s %s HTTP/1.1\r\nHost: delayq\r\nContent-Length: %d\r\n" % (
+            method, path, len(body))
+        if doc is not None:
+            head += "Content-Type: application/json\r\n"
+        if self.token:
+            head += "Authorization: Bearer %s\r\n" % self.token
+        self.expect.append((cmd, 1))
+        self.sock.sendall(head.encode() + b"\r\n" + body)
+
+    def send(self, *args):
+        self.send_args(args)
+
+    def send_raw(self, data):
+        """RESP-encoded commands (encode_command) go out as pipelined HTTP requests."""
+        for args in decode_resp_commands(_b(data)):
+            self.send_args(args)
+
+    def call(self, *args):
+        self.send(*args)
+        return self.read()
+
+    # --- responses -> RESP shapes
+    def _fill(self, timeout=None):
+        self.sock.settimeout(self.timeout if timeout is None else timeout)
+        try:
+            chunk = self.sock.recv(1 << 20)
+        except ConnectionResetError:
+            self.closed = True
+            raise ConnectionClosed("connection reset")
+        if not chunk:
+            self.closed = True
+            raise ConnectionClosed("connection closed by server")
+        self.buf += chunk
+
+    def read_response(self, timeout=None):
+        """-> (status, headers dict with lower-case names, body bytes)."""
+        while b"\r\n\r\n" not in self.buf:
+            self._fill(timeout)
+        i = self.buf.index(b"\r\n\r\n")
+        lines = bytes(self.buf[:i]).decode("latin-1").split("\r\n")
+        status = int(lines[0].split()[1])
+        headers = {}
+        for ln in lines[1:]:
+            k, _, v = ln.partition(":")
+            headers[k.strip().lower()] = v.strip()
+        n = int(headers.get("content-length", "0"))
+        while len(self.buf) < i + 4 + n:
+            self._fill(timeout)
+        body = bytes(self.buf[i + 4:i + 4 + n])
+        del self.buf[:i + 4 + n]
+        return status, headers, body
+
+    def read(self, timeout=None):
+        import base64
+        cmd, n = self.expect.pop(0)
+        if n > 1:
+            reps = []
+            for _ in range(n):
+                self.expect.insert(0, (cmd, 1))
+                reps.append(self.read(timeout))
+            errs = [r for r in reps if isinstance(r, RespError)]
+            return errs[0] if errs else sum(reps)
+        status, headers, body = self.read_response(timeout)
+        if cmd == "INFO":  # the few INFO fields tests read, from /metrics
+            m = {}
+            for ln in body.decode().splitlines():
+                if ln and not ln.startswith("#") and "{" not in ln:
+                    k, v = ln.split()
+                    m[k] = v
+            return ("blocked_clients:%s\r\nconnected_clients:%s\r\n" % (
+                m["delayq_blocked_clients"], m["delayq_connected_clients"])).encode()
+        doc = json.loads(body)
+        if "error" in doc:
+            if cmd == "GET" and status == 404:
+                return None
+            assert status >= 400, (status, doc)
+            return RespError("%s %s" % (doc["error"], doc["message"]))
+
+        def job_body(j):
+            if "body_base64" in j:
+                return base64.b64decode(j["body_base64"])
+            return j["body"].encode("utf-8")
+
+        if cmd == "ADD":
+            assert status == 201, (status, doc)
+            return doc["id"].encode()
+        assert status == 200, (status, doc)
+        if cmd == "GET":
+            out = []
+            for k in GET_KEYS + ["deadline"]:
+                if k == "body":
+                    out += [b"body", job_body(doc)]
+                elif k in doc:
+                    v = doc[k]
+                    out += [k.encode(), v.encode() if isinstance(v, str) else v]
+            return out
+        if cmd == "RESERVE":
+            if not doc["jobs"]:
+                return NIL_ARRAY
+            return [[j["topic"].encode(), j["id"].encode(), job_body(j), j["attempts"],
+                     j["deadline"]] for j in doc["jobs"]]
+        if cmd == "STATS":
+            return [x for k in STATS_KEYS for x in (k.encode(), doc[k])]
+        if cmd == "LIST":
+            return [doc["cursor"].encode(), [x.encode() for x in doc["ids"]]]
+        if cmd == "TOPICS":
+            return [x.encode() for x in doc["topics"]]
+        if cmd == "NACK":
+            return doc["state"].encode()
+        if cmd == "PING":
+            return Status(b"PONG")
+        key = {"DEL": "deleted", "ACK": "acked", "TOUCH": "deadline", "KICK": "kicked",
+               "PURGE": "removed"}[cmd]
+        return doc[key]
+
+    def pending(self, wait=0.05):
+        if self.buf:
+            return True
+        try:
+            self._fill(wait)
+        except (socket.timeout, BlockingIOError):
+            return False
+        except ConnectionClosed:
+            return True
+        return True
+
+    def wait_closed(self, timeout=2.0):
+        return RespConn.wait_closed(self, timeout)
+
+    close = RespConn.close
+    reset = RespConn.reset
+
+
 def wait_blocked(conn, n, timeout=2.0):
     """Waits until n clients are blocked in RESERVE: through INFO's blocked_clients field when
     the server reports it, else by a short sleep (requests on other sockets are not ordered)."""
@@ -431,6 +711,7 @@ class Server:
         self.store_url = store_url
         self.extra = [str(x) for x in extra]
         self.port = port or free_port()
+        self.http_port = free_port()
         self.proc = None
         self.log_path = os.path.join(self.workdir, "delayqd.log")
         self.exit_codes = []
@@ -438,6 +719,8 @@ class Server:
     @property
     def args(self):
         a = [DELAYQD, "--bind", "127.0.0.1", "--port", str(self.port), "--data-dir", self.data_dir]
+        if "--http-port" not in self.extra:
+            a += ["--http-port", str(self.http_port)]
         if self.store_url:
             a += ["--store", self.store_url]
         return a + self.extra
@@ -460,6 +743,16 @@ class Server:
             log.close()
             try:
                 _wait_ping(self.port, self.proc, max(1.0, deadline - time.monotonic()), "delayqd")
+                # The PING may have been answered by another process that took the port
+                # between free_port() and our bind: ours logs that it listens there first.
+                def ours():
+                    with open(self.log_path, "rb") as f:
+                        f.seek(mark)
+                        run = f.read()
+                    return b"listening on" in run and (b":%d " % self.port) in run
+                wait_until(lambda: ours() or self.proc.poll() is not None, 10)
+                if not ours():
+                    raise RuntimeError("port %d answered, but not by this delayqd" % self.port)
                 return self
             except RuntimeError as e:
                 if self.proc.poll() is None:
@@ -474,6 +767,7 @@ class Server:
                     raise RuntimeError("%s\n--- log:\n%s" % (e, self.log()[-5000:]))
                 if first_start:
                     self.port = free_port()
+                    self.http_port = free_port()
                 time.sleep(0.1)
 
     def stop(self, sig=signal.SIGTERM, timeout=5.0):
@@ -529,6 +823,9 @@ class Server:
     def raw(self, timeout=5.0):
         return RespConn(self.port, timeout=timeout)
 
+    def http(self, timeout=5.0, token=None):
+        return HttpConn(self.http_port, timeout=timeout, token=token)
+
 
 # --------------------------------------------------------------------------
 # fixtures
@@ -567,10 +864,27 @@ def pytest_collection_modifyitems(config, items):
         m = item.get_closest_marker("stores")
         cs = getattr(item, "callspec", None)
         st = cs.params.get("store") if cs else None
-        (drop if m is not None and st is not None and st not in m.args else keep).append(item)
+        fr = cs.params.get("front") if cs else None
+        if (m is not None and st is not None and st not in m.args) or \
+                (fr == "http" and item.get_closest_marker("resp_only") is not None):
+            drop.append(item)
+        else:
+            keep.append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+
+
+def pytest_generate_tests(metafunc):
+    if "front" in metafunc.fixturenames and \
+            os.path.basename(metafunc.definition.fspath.strpath) in SEMANTIC_FILES:
+        metafunc.parametrize("front", FRONTS, indirect=True)
+
+
+@pytest.fixture
+def front(request):
+    """"resp" or "http" (see SEMANTIC_FILES)."""
+    return getattr(request, "param", "resp")
 
 
 @pytest.fixture(params=STORES)
@@ -649,11 +963,16 @@ def clients(server):
 
 
 @pytest.fixture
-def raw(server):
+def raw(server, front):
+    """raw(port=None, timeout=5) -> a RespConn, or an HttpConn for the http front door
+    (port then names the RESP port of another server, whose HTTP port is not known: RESP)."""
     made = []
 
     def factory(port=None, timeout=5.0):
-        c = RespConn(port or server.port, timeout=timeout)
+        if front == "http" and port is None:
+            c = HttpConn(server.http_port, timeout=timeout)
+        else:
+            c = RespConn(port or server.port, timeout=timeout)
         made.append(c)
         return c
 
@@ -664,7 +983,8 @@ def raw(server):
 
 @pytest.fixture
 def c(raw):
-    """A raw RESP connection to `server` (exact reply types, errors returned not raised)."""
+    """A raw RESP connection to `server` (exact reply types, errors returned not raised),
+    or its HTTP twin for the http front door."""
     return raw()
 
 

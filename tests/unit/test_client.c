@@ -61,8 +61,8 @@ static void server_start(struct server *s) {
     assert_true(s->pid >= 0);
     if (s->pid == 0) {
         const char *argv[16] = {bin, "--bind", "127.0.0.1", "--port", port, "--data-dir",
-                                s->dir, "--log-level", "warn"};
-        int n = 9;
+                                s->dir, "--log-level", "warn", "--http-port", "0"};
+        int n = 11;
         if (s->password) argv[n++] = "--requirepass", argv[n++] = s->password;
         execv(bin, (char **)argv);
         _exit(127);

@@ -94,21 +94,8 @@ static void syntax_error(struct conn *c, const struct resp_arg *a,
 /* --- rendering core results ------------------------------------------------- */
 
 static void render_error(struct buf *b, const struct dq_result *res) {
-    static const char *const msgs[] = {
-        [DQ_EXISTS] = "a job with this id already exists in the topic",
-        [DQ_BUSY] = "the job is reserved and cannot be replaced",
-        [DQ_NOTRESERVED] = "the job does not exist or is not reserved",
-        [DQ_FULL] = "--max-jobs reached: delete or ack jobs first",
-        [DQ_UNAVAILABLE] = "the store cannot be reached; nothing was changed",
-        [DQ_IOERR] = "the write failed; nothing was changed",
-        [DQ_NOMEM] = "out of memory; nothing was changed",
-        [DQ_TIMEOUT] = "the store did not answer in time; the change may "
-                       "or may not have happened",
-    };
-    const char *msg = res->errmsg;
-    if (!msg && res->status > 0 && res->status <= DQ_TIMEOUT)
-        msg = msgs[res->status];
-    resp_error(b, dq_status_code(res->status), "%s", msg ? msg : "failed");
+    const char *msg = res->errmsg ? res->errmsg : core_status_message(res->status);
+    resp_error(b, dq_status_code(res->status), "%s", msg);
 }
 
 /* Every completion starts here: the req's buffer, or the error rendered
