@@ -25,6 +25,7 @@
 
 #include "engine/engine.h"
 #include "lib/htab.h"
+#include "lib/slab.h"
 #include "lib/wheel.h"
 #include "lib/xalloc.h"
 
@@ -38,6 +39,7 @@
 #define JOBS_SIZE 4    /* initial buckets of a topic's id table */
 #define PREFETCH_MAX 64   /* keys one engine_prefetch call looks at */
 #define PREFETCH_DEPTH 2  /* chain nodes it loads after the bucket */
+#define PURGE_NOW 4096    /* a PURGE of more jobs frees them later */
 
 struct topic;
 
@@ -62,16 +64,31 @@ _Static_assert(DQ_RETRIES_MAX <= RETRIES_MAX, "retries field too narrow");
 _Static_assert(DQ_ID_MAX <= 256, "id length field too narrow");
 _Static_assert(DQ_TOPIC_MAX <= 255, "topic length field too narrow");
 
+/* A far job (engine_add_far): only its id and where its store keeps it. */
+struct stub {
+    struct hnode hnode; /* the topic's far table */
+    uint8_t id_len1;
+    uint8_t ref[6];     /* slot:u16, offset:u32, little-endian */
+    char id[];
+};
+
+#define REF_MAX ((UINT64_C(1) << 48) - 1)
+
 struct topic {
     struct hnode hnode; /* the engine's topic table */
     uint64_t hash;
     struct htab jobs;   /* id -> job */
+    struct htab far;    /* id -> stub (delayed jobs held by the store) */
     struct wheel_node ready, dead; /* list heads */
     struct dq_stats st;
     struct wheel_node idle;     /* on the engine's idle list while jobless */
     uint64_t expect;            /* engine_expect: jobs announced */
+    uint64_t expect_far;        /* engine_expect_far: far jobs announced */
     struct topic *touched_next; /* engine_advance: topics that gained ready */
     bool touched;
+    bool purged;                /* a grave: its jobs are being freed */
+    struct topic *grave_next;
+    uint64_t reap_pos;          /* htab_drain's position */
     uint8_t name_len;
     char name[];
 };
@@ -80,10 +97,15 @@ struct engine {
     uint64_t max_jobs;
     struct engine_hooks hooks;
     struct dq_stats st; /* global counters and jobs per state */
-    uint64_t count;
+    uint64_t count;     /* jobs, far ones included */
+    uint64_t nfar;
+    struct slab stubs;  /* far jobs: no malloc header, 8-byte rounding */
+    struct slab jobs;   /* jobs up to SLAB_MAX bytes (the rest: malloc), so
+                           pages go back to the system as jobs go */
     struct htab topics;
     struct topic *last; /* the topic found last (most calls repeat it) */
     struct wheel_node idle; /* topics without jobs, oldest first */
+    struct topic *graves;   /* purged topics whose jobs are freed bit by bit */
     uint64_t nidle;
     struct wheel wheel;
 };
@@ -103,6 +125,29 @@ static struct topic *topic_of_h(const struct hnode *n) {
 }
 
 static size_t id_len(const struct job *j) { return (size_t)j->id_len1 + 1; }
+
+static struct stub *stub_of_h(const struct hnode *n) {
+    return (struct stub *)((char *)n - offsetof(struct stub, hnode));
+}
+
+static struct dq_str stub_id(const struct stub *f) {
+    return (struct dq_str){f->id, (size_t)f->id_len1 + 1};
+}
+
+static uint64_t stub_ref(const struct stub *f) {
+    uint64_t r = 0;
+    for (int i = 5; i >= 0; i--) r = r << 8 | f->ref[i];
+    return r;
+}
+
+static void stub_set_ref(struct stub *f, uint64_t r) {
+    for (int i = 0; i < 6; i++, r >>= 8) f->ref[i] = (uint8_t)r;
+}
+
+/* Jobs of a topic, far ones included. */
+static uint64_t topic_count(const struct topic *t) {
+    return htab_count(&t->jobs) + htab_count(&t->far);
+}
 
 static struct dq_str job_id(const struct job *j) {
     return (struct dq_str){j->data, id_len(j)};
@@ -175,6 +220,11 @@ static uint64_t job_rehash(const struct hnode *n) {
     return htab_hash_bytes(j->data, id_len(j));
 }
 
+static uint64_t stub_rehash(const struct hnode *n) {
+    struct dq_str id = stub_id(stub_of_h(n));
+    return htab_hash_bytes(id.p, id.len);
+}
+
 static bool topic_is(const struct topic *t, struct dq_str name) {
     return t->name_len == name.len && memcmp(t->name, name.p, name.len) == 0;
 }
@@ -204,6 +254,11 @@ static struct topic *topic_create(struct engine *e, struct dq_str name) {
         dq_free(t);
         return NULL;
     }
+    if (htab_init(&t->far, 1, stub_rehash) < 0) {
+        htab_destroy(&t->jobs);
+        dq_free(t);
+        return NULL;
+    }
     t->hash = htab_hash_bytes(name.p, name.len);
     list_init(&t->ready);
     list_init(&t->dead);
@@ -223,6 +278,7 @@ static void topic_free(struct engine *e, struct topic *t) {
     }
     htab_remove(&e->topics, &t->hnode, t->hash);
     htab_destroy(&t->jobs);
+    htab_destroy(&t->far);
     if (e->last == t) e->last = NULL;
     dq_free(t);
 }
@@ -231,7 +287,7 @@ static void topic_free(struct engine *e, struct topic *t) {
  * is among the IDLE_TOPICS_MAX most recently emptied; older ones are freed,
  * so topics used once cannot pile up. */
 static void topic_free_if_empty(struct engine *e, struct topic *t) {
-    if (htab_count(&t->jobs) != 0 || !list_empty(&t->idle)) return;
+    if (topic_count(t) != 0 || !list_empty(&t->idle)) return;
     list_append(&e->idle, &t->idle);
     e->nidle++;
     while (e->nidle > IDLE_TOPICS_MAX) {
@@ -264,6 +320,30 @@ static struct job *job_find(const struct topic *t, struct dq_str id,
             return j;
     }
     return NULL;
+}
+
+static struct stub *stub_find(const struct topic *t, struct dq_str id,
+                              uint64_t h) {
+    for (struct hnode *n = htab_bucket(&t->far, h); n; n = n->next) {
+        struct stub *f = stub_of_h(n);
+        if ((size_t)f->id_len1 + 1 == id.len &&
+            memcmp(f->id, id.p, id.len) == 0)
+            return f;
+    }
+    return NULL;
+}
+
+/* Unlinks and frees a far job, telling the store its record is dead. */
+static void stub_remove(struct engine *e, struct topic *t, struct stub *f,
+                        uint64_t h, bool tell) {
+    htab_remove(&t->far, &f->hnode, h);
+    t->st.jobs[DQ_DELAYED]--;
+    e->st.jobs[DQ_DELAYED]--;
+    e->count--;
+    e->nfar--;
+    if (tell && e->hooks.on_far_drop)
+        e->hooks.on_far_drop(e->hooks.ud, stub_ref(f));
+    slab_free(&e->stubs, f);
 }
 
 /* The job topic/id, or NULL; *tp receives its topic. */
@@ -304,13 +384,14 @@ static void unplace(struct engine *e, struct job *j) {
     else
         list_unlink(&j->node);
     j->topic->st.jobs[j->state]--;
-    e->st.jobs[j->state]--;
+    if (!j->topic->purged) e->st.jobs[j->state]--;
 }
 
-static struct job *job_alloc(struct topic *t, struct dq_str id,
-                             struct dq_str body) {
+static struct job *job_alloc(struct engine *e, struct topic *t,
+                             struct dq_str id, struct dq_str body) {
     assert(id.len >= 1 && id.len <= DQ_ID_MAX);
-    struct job *j = dq_malloc(offsetof(struct job, data) + id.len + body.len);
+    size_t n = offsetof(struct job, data) + id.len + body.len;
+    struct job *j = n <= SLAB_MAX ? slab_alloc(&e->jobs, n) : dq_malloc(n);
     if (!j) return NULL;
     j->topic = t;
     j->id_len1 = (uint8_t)(id.len - 1);
@@ -333,12 +414,18 @@ static void job_options(struct job *j, int64_t due, int64_t created,
     j->backoff_max = b->max;
 }
 
+static void job_free(struct engine *e, struct job *j) {
+    size_t n = offsetof(struct job, data) + id_len(j) + j->body_len;
+    if (n <= SLAB_MAX) slab_free(&e->jobs, j);
+    else dq_free(j);
+}
+
 /* Unlinks and frees j (not its topic). h is the hash of its id. */
 static void job_remove(struct engine *e, struct job *j, uint64_t h) {
     unplace(e, j);
     htab_remove(&j->topic->jobs, &j->hnode, h);
     e->count--;
-    dq_free(j);
+    job_free(e, j);
 }
 
 /* --- API -------------------------------------------------------------------- */
@@ -359,31 +446,49 @@ struct engine *engine_new(const struct engine_config *cfg, int64_t now) {
     return e;
 }
 
-static void free_job_cb(void *ud, struct hnode *n) { dq_free(job_of_h(n)); }
+static void free_job_cb(void *ud, struct hnode *n) {
+    job_free(ud, job_of_h(n));
+}
+
+static void free_stub_cb(void *ud, struct hnode *n) {
+    slab_free(&((struct engine *)ud)->stubs, stub_of_h(n));
+}
 
 static void free_topic_cb(void *ud, struct hnode *n) {
     struct topic *t = topic_of_h(n);
-    htab_foreach(&t->jobs, free_job_cb, NULL);
+    htab_foreach(&t->jobs, free_job_cb, ud);
     htab_destroy(&t->jobs);
+    htab_foreach(&t->far, free_stub_cb, ud);
+    htab_destroy(&t->far);
     dq_free(t);
 }
 
 void engine_free(struct engine *e) {
     if (!e) return;
-    htab_foreach(&e->topics, free_topic_cb, NULL);
+    htab_foreach(&e->topics, free_topic_cb, e);
     htab_destroy(&e->topics);
+    while (e->graves) {
+        struct topic *g = e->graves;
+        e->graves = g->grave_next;
+        free_topic_cb(e, &g->hnode);
+    }
+    slab_destroy(&e->stubs);
+    slab_destroy(&e->jobs);
     dq_free(e);
 }
 
-int engine_add(struct engine *e, int64_t now, const struct dq_add *a,
-               struct dq_job *out) {
+/* ADD, of a job kept in RAM (far false) or a far job the store keeps at
+ * `ref`. */
+static int add(struct engine *e, int64_t now, const struct dq_add *a,
+               bool far, uint64_t ref, struct dq_job *out) {
     if (a->body.len > BODY_MAX) return ENGINE_ENOMEM;
     struct topic *t = topic_get(e, a->topic);
     uint64_t h = htab_hash_bytes(a->id.p, a->id.len);
     struct job *old = t ? job_find(t, a->id, h) : NULL;
-    if (old) {
+    struct stub *oldf = t && !old ? stub_find(t, a->id, h) : NULL;
+    if (old || oldf) {
         if (!a->replace) return ENGINE_EEXISTS;
-        if (old->state == DQ_RESERVED) return ENGINE_EBUSY;
+        if (old && old->state == DQ_RESERVED) return ENGINE_EBUSY;
     } else if (e->max_jobs && e->count >= e->max_jobs) {
         return ENGINE_EFULL;
     }
@@ -392,33 +497,148 @@ int engine_add(struct engine *e, int64_t now, const struct dq_add *a,
         if (!(t = topic_create(e, a->topic))) return ENGINE_ENOMEM;
         created = true;
     }
-    struct job *j = job_alloc(t, a->id, a->body);
-    if (!j) {
+    struct job *j = NULL;
+    struct stub *f = NULL;
+    if (far) {
+        f = slab_alloc(&e->stubs, offsetof(struct stub, id) + a->id.len);
+        if (f) {
+            f->id_len1 = (uint8_t)(a->id.len - 1);
+            memcpy(f->id, a->id.p, a->id.len);
+            stub_set_ref(f, ref);
+        }
+    } else {
+        j = job_alloc(e, t, a->id, a->body);
+    }
+    if (!j && !f) {
         if (created) topic_free(e, t);
         return ENGINE_ENOMEM;
     }
-    job_options(j, a->due, now, a->ttr, a->retries, 0, &a->backoff);
     topic_use(e, t);
     if (old) job_remove(e, old, h);
-    htab_insert(&t->jobs, &j->hnode, h);
-    e->count++;
-    int state = (int64_t)j->due <= now ? DQ_READY : DQ_DELAYED;
-    place(e, j, state, (int64_t)j->due);
+    if (oldf) stub_remove(e, t, oldf, h, true);
     t->st.added++;
     e->st.added++;
+    e->count++;
+    if (far) {
+        htab_insert(&t->far, &f->hnode, h);
+        e->nfar++;
+        t->st.jobs[DQ_DELAYED]++;
+        e->st.jobs[DQ_DELAYED]++;
+        return DQ_DELAYED;
+    }
+    job_options(j, a->due, now, a->ttr, a->retries, 0, &a->backoff);
+    htab_insert(&t->jobs, &j->hnode, h);
+    int state = (int64_t)j->due <= now ? DQ_READY : DQ_DELAYED;
+    place(e, j, state, (int64_t)j->due);
     if (out) view(j, out);
     if (state == DQ_READY) notify_ready(e, t);
     return state;
 }
 
+int engine_add(struct engine *e, int64_t now, const struct dq_add *a,
+               struct dq_job *out) {
+    return add(e, now, a, false, 0, out);
+}
+
+int engine_add_far(struct engine *e, int64_t now, const struct dq_add *a,
+                   uint64_t ref) {
+    assert(ref <= REF_MAX);
+    return add(e, now, a, true, ref, NULL);
+}
+
+int engine_restore_far(struct engine *e, struct dq_str topic,
+                       struct dq_str id, uint64_t ref) {
+    assert(ref <= REF_MAX);
+    struct topic *t = topic_get(e, topic);
+    uint64_t h = htab_hash_bytes(id.p, id.len);
+    bool created = false;
+    if (t) {
+        struct job *old = htab_count(&t->jobs) ? job_find(t, id, h) : NULL;
+        if (old) job_remove(e, old, h); /* a reserved one too: the record wins */
+        struct stub *f = htab_count(&t->far) ? stub_find(t, id, h) : NULL;
+        if (f) { /* moved, or replaced by another far job */
+            if (e->hooks.on_far_drop)
+                e->hooks.on_far_drop(e->hooks.ud, stub_ref(f));
+            stub_set_ref(f, ref);
+            if (e->hooks.on_far_restore)
+                e->hooks.on_far_restore(e->hooks.ud, ref);
+            return 0;
+        }
+    } else {
+        if (!(t = topic_create(e, topic))) return ENGINE_ENOMEM;
+        created = true;
+    }
+    struct stub *f = slab_alloc(&e->stubs, offsetof(struct stub, id) + id.len);
+    if (!f) {
+        if (created) topic_free(e, t);
+        return ENGINE_ENOMEM;
+    }
+    f->id_len1 = (uint8_t)(id.len - 1);
+    memcpy(f->id, id.p, id.len);
+    stub_set_ref(f, ref);
+    topic_use(e, t);
+    htab_insert(&t->far, &f->hnode, h);
+    e->nfar++;
+    e->count++;
+    t->st.jobs[DQ_DELAYED]++;
+    e->st.jobs[DQ_DELAYED]++;
+    if (e->hooks.on_far_restore) e->hooks.on_far_restore(e->hooks.ud, ref);
+    return 0;
+}
+
+int engine_far_ref(const struct engine *e, struct dq_str topic,
+                   struct dq_str id, uint64_t *ref) {
+    const struct topic *t = topic_lookup(e, topic);
+    if (!t || htab_count(&t->far) == 0) return 0;
+    const struct stub *f = stub_find(t, id, htab_hash_bytes(id.p, id.len));
+    if (!f) return 0;
+    if (ref) *ref = stub_ref(f);
+    return 1;
+}
+
+int engine_load(struct engine *e, int64_t now, const struct dq_job *src,
+                uint64_t ref) {
+    struct topic *t = topic_get(e, src->topic);
+    if (!t || htab_count(&t->far) == 0) return 0;
+    uint64_t h = htab_hash_bytes(src->id.p, src->id.len);
+    struct stub *f = stub_find(t, src->id, h);
+    if (!f || stub_ref(f) != ref) return 0;
+    struct job *j = job_alloc(e, t, src->id, src->body);
+    if (!j) return ENGINE_ENOMEM;
+    stub_remove(e, t, f, h, false);
+    job_options(j, src->due, src->created, src->ttr, src->retries,
+                src->attempts, &src->backoff);
+    htab_insert(&t->jobs, &j->hnode, h);
+    e->count++;
+    /* through the wheel even if due already, so that it turns ready in
+     * due-time order with the others at the next engine_advance */
+    place(e, j, DQ_DELAYED, (int64_t)j->due);
+    return 1;
+}
+
+int engine_far_move(struct engine *e, struct dq_str topic, struct dq_str id,
+                    uint64_t from, uint64_t to) {
+    struct topic *t = topic_get(e, topic);
+    if (!t || htab_count(&t->far) == 0) return 0;
+    struct stub *f = stub_find(t, id, htab_hash_bytes(id.p, id.len));
+    if (!f || stub_ref(f) != from) return 0;
+    stub_set_ref(f, to);
+    return 1;
+}
+
+uint64_t engine_far_count(const struct engine *e) { return e->nfar; }
+
 /* DEL and ACK. */
 static int drop(struct engine *e, struct dq_str topic, struct dq_str id,
                 bool ack) {
-    struct topic *t;
-    uint64_t h;
+    struct topic *t = NULL;
+    uint64_t h = 0;
     struct job *j = find(e, topic, id, &t, &h);
-    if (!j) return 0;
-    job_remove(e, j, h);
+    struct stub *f = !j && t && htab_count(&t->far) ? stub_find(t, id, h)
+                                                    : NULL;
+    if (j) job_remove(e, j, h);
+    else if (f) stub_remove(e, t, f, h, true);
+    else return 0;
     if (ack) {
         t->st.acked++;
         e->st.acked++;
@@ -440,19 +660,29 @@ int engine_ack(struct engine *e, struct dq_str topic, struct dq_str id) {
 
 void engine_prefetch(const struct engine *e, const struct dq_str *keys,
                      size_t n) {
-    const struct htab *tab[PREFETCH_MAX];
+    const struct htab *tab[PREFETCH_MAX], *far[PREFETCH_MAX];
     uint64_t h[PREFETCH_MAX];
     if (n > PREFETCH_MAX) n = PREFETCH_MAX;
     for (size_t i = 0; i < n; i++) {
         const struct topic *t = topic_lookup(e, keys[2 * i]);
-        tab[i] = t ? &t->jobs : NULL;
+        tab[i] = t && htab_count(&t->jobs) ? &t->jobs : NULL;
+        far[i] = t && htab_count(&t->far) ? &t->far : NULL;
         h[i] = htab_hash_bytes(keys[2 * i + 1].p, keys[2 * i + 1].len);
     }
     /* Level by level, so that each level's loads are in flight together
      * and the next level finds the links it reads already there. */
     for (int depth = 0; depth <= PREFETCH_DEPTH; depth++)
-        for (size_t i = 0; i < n; i++)
+        for (size_t i = 0; i < n; i++) {
             if (tab[i]) htab_prefetch(tab[i], h[i], depth);
+            if (far[i]) htab_prefetch(far[i], h[i], depth);
+        }
+}
+
+void engine_prefetch_far(const struct engine *e, struct dq_str topic,
+                         struct dq_str id, int depth) {
+    const struct topic *t = topic_lookup(e, topic);
+    if (t && htab_count(&t->far))
+        htab_prefetch(&t->far, htab_hash_bytes(id.p, id.len), depth);
 }
 
 int engine_get(const struct engine *e, struct dq_str topic, struct dq_str id,
@@ -565,13 +795,113 @@ int64_t engine_kick(struct engine *e, int64_t now, struct dq_str topic,
 static void purge_cb(void *ud, struct hnode *n) {
     struct job *j = job_of_h(n);
     unplace(ud, j);
-    dq_free(j);
+    job_free(ud, j);
+}
+
+static void purge_far_cb(void *ud, struct hnode *n) {
+    struct engine *e = ud;
+    struct stub *f = stub_of_h(n);
+    if (e->hooks.on_far_drop) e->hooks.on_far_drop(e->hooks.ud, stub_ref(f));
+    slab_free(&e->stubs, f);
+}
+
+/* PURGE of a big topic: the topic becomes a grave, out of the topic table,
+ * under a fresh topic of the same name that keeps its counters; its jobs
+ * stop counting at once and are freed by engine_reap, a slice at a time
+ * (a job of it that the wheel hands out meanwhile is freed there). */
+static int64_t purge_later(struct engine *e, struct topic *t) {
+    struct dq_str name = topic_name(t);
+    uint64_t nfar = htab_count(&t->far), n = topic_count(t);
+    htab_remove(&e->topics, &t->hnode, t->hash);
+    if (e->last == t) e->last = NULL;
+    struct topic *nt = topic_create(e, name);
+    if (!nt) { /* cannot defer: do it now */
+        htab_insert(&e->topics, &t->hnode, t->hash);
+        return -1;
+    }
+    nt->st = t->st;
+    memset(nt->st.jobs, 0, sizeof nt->st.jobs);
+    nt->st.deleted += n;
+    for (int k = 0; k < DQ_NSTATES; k++) e->st.jobs[k] -= t->st.jobs[k];
+    e->count -= n;
+    e->nfar -= nfar;
+    e->st.deleted += n;
+    if (!list_empty(&t->idle)) {
+        list_unlink(&t->idle);
+        list_init(&t->idle);
+        e->nidle--;
+    }
+    t->purged = true;
+    t->reap_pos = 0;
+    t->grave_next = e->graves;
+    e->graves = t;
+    topic_free_if_empty(e, nt);
+    return (int64_t)n;
+}
+
+static void reap_job_cb(void *ud, struct hnode *n) {
+    struct engine *e = ud;
+    struct job *j = job_of_h(n);
+    unplace(e, j);
+    job_free(e, j);
+}
+
+static void reap_stub_cb(void *ud, struct hnode *n) {
+    struct engine *e = ud;
+    struct stub *f = stub_of_h(n);
+    if (e->hooks.on_far_drop) e->hooks.on_far_drop(e->hooks.ud, stub_ref(f));
+    slab_free(&e->stubs, f);
+}
+
+bool engine_reap(struct engine *e, uint32_t budget) {
+    uint64_t visits = budget;
+    while (e->graves && visits > 0) {
+        struct topic *g = e->graves;
+        bool far = htab_count(&g->far) > 0;
+        if (far || htab_count(&g->jobs)) {
+            uint64_t left = far ? htab_drain(&g->far, &g->reap_pos, &visits,
+                                             reap_stub_cb, e)
+                                : htab_drain(&g->jobs, &g->reap_pos, &visits,
+                                             reap_job_cb, e);
+            if (far && left == 0) g->reap_pos = 0; /* the jobs next */
+            if (left) continue;
+            if (far) continue;
+        }
+        e->graves = g->grave_next;
+        htab_destroy(&g->jobs);
+        htab_destroy(&g->far);
+        dq_free(g);
+    }
+    return e->graves != NULL;
+}
+
+uint64_t engine_give_back(struct engine *e, uint64_t max) {
+    uint64_t left = slab_release(&e->jobs, max);
+    return left + slab_release(&e->stubs, max);
 }
 
 int64_t engine_purge(struct engine *e, struct dq_str topic) {
     struct topic *t = topic_get(e, topic);
     if (!t) return 0;
-    uint64_t n = htab_count(&t->jobs);
+    if (topic_count(t) > PURGE_NOW) {
+        int64_t n = purge_later(e, t);
+        if (n >= 0) return n;
+    }
+    uint64_t nfar = htab_count(&t->far);
+    if (nfar) {
+        htab_foreach(&t->far, purge_far_cb, e);
+        struct htab fresh;
+        if (htab_init(&fresh, 1, stub_rehash) == 0) {
+            htab_destroy(&t->far);
+            t->far = fresh;
+        } else {
+            htab_clear(&t->far);
+        }
+        t->st.jobs[DQ_DELAYED] -= nfar;
+        e->st.jobs[DQ_DELAYED] -= nfar;
+        e->nfar -= nfar;
+    }
+    uint64_t n = htab_count(&t->jobs) + nfar;
     htab_foreach(&t->jobs, purge_cb, e);
     /* the table still links the freed jobs: start it afresh (keeping the
      * old buckets if a new table cannot be had, now that it is empty) */
@@ -589,25 +919,113 @@ int64_t engine_purge(struct engine *e, struct dq_str topic) {
     return (int64_t)n;
 }
 
+
+#define LIST_WORK 65536 /* buckets and jobs one LIST call looks at, beyond COUNT */
+#define LIST_NEAR (UINT64_C(1) << 62) /* cursor bit: delayed jobs in RAM (62:
+                                        cursors stay positive int64s) */
+
 struct list_ctx {
     int state;
     void (*fn)(void *ud, struct dq_str id);
     void *ud;
+    uint32_t found; /* jobs reported */
+    uint64_t work;  /* jobs and buckets looked at */
 };
 
 static void list_cb(void *ud, const struct hnode *n) {
-    const struct list_ctx *c = ud;
+    struct list_ctx *c = ud;
     const struct job *j = job_of_h(n);
-    if ((int)j->state == c->state) c->fn(c->ud, job_id(j));
+    c->work++;
+    if ((int)j->state == c->state) {
+        c->fn(c->ud, job_id(j));
+        c->found++;
+    }
 }
 
+static void list_far_cb(void *ud, const struct hnode *n) {
+    struct list_ctx *c = ud;
+    c->work++;
+    c->fn(c->ud, stub_id(stub_of_h(n)));
+    c->found++;
+}
+
+/* One bucket at a time (a bucket as the table's SCAN defines it: one of the
+ * smaller table and those it expands to while resizing), on through empty
+ * buckets and jobs of other states until the page holds `count`, so a page
+ * is short only at the end, or when LIST_WORK jobs and buckets held too few
+ * in `state`. The last bucket is reported whole (the cursor cannot point
+ * inside one), so a page may hold a few more than `count`. */
 uint64_t engine_list(const struct engine *e, struct dq_str topic, int state,
                      uint32_t count, uint64_t cursor,
                      void (*fn)(void *ud, struct dq_str id), void *ud) {
     const struct topic *t = topic_lookup(e, topic);
+    if (!t || t->st.jobs[state] == 0) return 0;
+    if (count == 0) count = 1;
+    struct list_ctx c = {state, fn, ud, 0, 0};
+    uint64_t budget = LIST_WORK + (uint64_t)count * 4;
+    /* Delayed jobs: the far table first (cursor bit 62 clear), then the jobs
+     * in RAM (bit 62 set). Jobs only move from far to RAM, so one that moves
+     * during the scan is met in RAM if it was not met far. */
+    if (state == DQ_DELAYED && !(cursor & LIST_NEAR)) {
+        if (htab_count(&t->far)) {
+            do {
+                cursor = htab_scan(&t->far, cursor, 1, list_far_cb, &c);
+                c.work++;
+            } while (cursor != 0 && c.found < count && c.work < budget);
+            if (cursor != 0) return cursor;
+        }
+        cursor = LIST_NEAR;
+    }
+    uint64_t phase = cursor & LIST_NEAR;
+    cursor &= ~LIST_NEAR;
+    if (c.found >= count || c.work >= budget) return phase | cursor;
+    do {
+        cursor = htab_scan(&t->jobs, cursor, 1, list_cb, &c);
+        c.work++;
+    } while (cursor != 0 && c.found < count && c.work < budget);
+    return cursor ? phase | cursor : 0;
+}
+
+struct scan_ctx {
+    void (*fn)(void *ud, const struct dq_job *j);
+    void *ud;
+};
+
+static void scan_cb(void *ud, const struct hnode *n) {
+    const struct scan_ctx *c = ud;
+    struct dq_job v;
+    view(job_of_h(n), &v);
+    c->fn(c->ud, &v);
+}
+
+struct scan_far_ctx {
+    void (*fn)(void *ud, struct dq_str id, uint64_t ref);
+    void *ud;
+};
+
+static void scan_far_cb(void *ud, const struct hnode *n) {
+    const struct scan_far_ctx *c = ud;
+    const struct stub *f = stub_of_h(n);
+    c->fn(c->ud, stub_id(f), stub_ref(f));
+}
+
+uint64_t engine_scan_far(const struct engine *e, struct dq_str topic,
+                         uint32_t buckets, uint64_t cursor,
+                         void (*fn)(void *ud, struct dq_str id, uint64_t ref),
+                         void *ud) {
+    const struct topic *t = topic_lookup(e, topic);
+    if (!t || htab_count(&t->far) == 0) return 0;
+    struct scan_far_ctx c = {fn, ud};
+    return htab_scan(&t->far, cursor, buckets, scan_far_cb, &c);
+}
+
+uint64_t engine_scan(const struct engine *e, struct dq_str topic,
+                     uint32_t buckets, uint64_t cursor,
+                     void (*fn)(void *ud, const struct dq_job *j), void *ud) {
+    const struct topic *t = topic_lookup(e, topic);
     if (!t) return 0;
-    struct list_ctx c = {state, fn, ud};
-    return htab_scan(&t->jobs, cursor, count, list_cb, &c);
+    struct scan_ctx c = {fn, ud};
+    return htab_scan(&t->jobs, cursor, buckets, scan_cb, &c);
 }
 
 void engine_stats(const struct engine *e, struct dq_str topic,
@@ -634,7 +1052,7 @@ struct topics_ctx {
 static void topics_cb(void *ud, struct hnode *n) {
     const struct topics_ctx *c = ud;
     const struct topic *t = topic_of_h(n);
-    if (htab_count(&t->jobs)) c->fn(c->ud, topic_name(t));
+    if (topic_count(t)) c->fn(c->ud, topic_name(t));
 }
 
 void engine_topics(const struct engine *e,
@@ -657,7 +1075,20 @@ void engine_expect(struct engine *e, struct dq_str topic) {
 static void expect_cb(void *ud, struct hnode *n) {
     struct topic *t = topic_of_h(n);
     if (t->expect) htab_reserve(&t->jobs, htab_count(&t->jobs) + t->expect);
-    t->expect = 0;
+    /* far tables at two per bucket, as they grow while serving: their
+     * buckets are a fifth of a far job's memory */
+    if (t->expect_far)
+        htab_reserve(&t->far, (htab_count(&t->far) + t->expect_far + 1) / 2);
+    t->expect = t->expect_far = 0;
+}
+
+void engine_expect_far(struct engine *e, struct dq_str topic) {
+    struct topic *t = topic_get(e, topic);
+    if (!t) {
+        if (!(t = topic_create(e, topic))) return; /* only a hint */
+        topic_free_if_empty(e, t);
+    }
+    t->expect_far++;
 }
 
 void engine_expect_done(struct engine *e) {
@@ -687,6 +1118,13 @@ bool engine_advance(struct engine *e, int64_t now, uint32_t budget) {
         n++;
         struct job *j = job_of(node);
         struct topic *t = j->topic;
+        if (t->purged) { /* purged: engine_reap frees it, off the wheel */
+            unplace(e, j);
+            j->state = DQ_DEAD;
+            list_append(&t->dead, &j->node);
+            t->st.jobs[DQ_DEAD]++;
+            continue;
+        }
         bool lease = j->state == DQ_RESERVED;
         unplace(e, j);
         bool dead = lease && j->attempts > j->retries;
@@ -726,13 +1164,14 @@ int engine_restore(struct engine *e, int64_t now, const struct dq_job *src) {
     if (src->body.len > BODY_MAX) return ENGINE_ENOMEM;
     struct topic *t = topic_get(e, src->topic);
     uint64_t h = htab_hash_bytes(src->id.p, src->id.len);
-    if (t && job_find(t, src->id, h)) return ENGINE_EEXISTS;
+    if (t && (job_find(t, src->id, h) || stub_find(t, src->id, h)))
+        return ENGINE_EEXISTS;
     bool created = false;
     if (!t) {
         if (!(t = topic_create(e, src->topic))) return ENGINE_ENOMEM;
         created = true;
     }
-    struct job *j = job_alloc(t, src->id, src->body);
+    struct job *j = job_alloc(e, t, src->id, src->body);
     if (!j) {
         if (created) topic_free(e, t);
         return ENGINE_ENOMEM;

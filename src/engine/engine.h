@@ -10,6 +10,13 @@
  * per-topic ready FIFO, a per-topic dead list and a per-topic id table.
  * Topics are interned and freed when they hold no job.
  *
+ * Far jobs (the tiered store, DESIGN §12): a delayed job whose store keeps
+ * it on disk is held here only as its id and an opaque 48-bit `ref` (where
+ * the store finds it), in a second per-topic table. It counts as a delayed
+ * job everywhere (STATS, LIST, EXISTS on ADD, max_jobs), DEL and PURGE
+ * remove it, and engine_load turns it into a whole job. engine_get does not
+ * see it: the store reads it with engine_far_ref.
+ *
  * Error convention: functions returning int return >= 0 on success and a
  * negative enum engine_err on failure; on failure nothing changed.
  * Pointers to jobs (struct dq_job views filled by the engine) point into
@@ -43,6 +50,11 @@ struct engine_hooks {
     /* A reserved job's lease ended in engine_advance: it went back to ready
      * (dead = false) or to dead. Lets a durable store log the change. */
     void (*on_expire)(void *ud, const struct dq_job *job, bool dead);
+    /* A far job (engine_add_far) is gone: deleted, purged or replaced (not
+     * loaded). `ref` is where its store keeps it. May be NULL. */
+    void (*on_far_drop)(void *ud, uint64_t ref);
+    /* engine_restore_far put back a far job kept at `ref` (recovery). */
+    void (*on_far_restore)(void *ud, uint64_t ref);
     void *ud;
 };
 
@@ -62,6 +74,47 @@ void engine_free(struct engine *e);
 int engine_add(struct engine *e, int64_t now, const struct dq_add *a,
                struct dq_job *out);
 
+/* ADD of a far job: the same checks and counters as engine_add (EXISTS,
+ * BUSY, FULL, REPLACE), but only the id and `ref` (< 2^48) are kept.
+ * Returns DQ_DELAYED or a negative engine_err. The job's due time is the
+ * store's business: it must load the job (engine_load) before then. */
+int engine_add_far(struct engine *e, int64_t now, const struct dq_add *a,
+                   uint64_t ref);
+
+/* Recovery: puts back a far job, replacing any job with its topic and id
+ * (a far one through on_far_drop), without counting it; calls
+ * on_far_restore. Returns 0 or ENGINE_ENOMEM. */
+int engine_restore_far(struct engine *e, struct dq_str topic,
+                       struct dq_str id, uint64_t ref);
+
+/* 1 and *ref if topic/id is a far job, else 0. */
+int engine_far_ref(const struct engine *e, struct dq_str topic,
+                   struct dq_str id, uint64_t *ref);
+
+/* Turns the far job src->topic/src->id kept at `ref` into a whole job (the
+ * fields of *src, which must be the job as added), delayed in the timing
+ * wheel at its due time (even a past one: the next engine_advance makes it
+ * ready, in due-time order; among equal due times it counts as scheduled
+ * now); not counted as an ADD. Returns 1, 0 if there is no
+ * such far job at that ref (deleted or replaced since: nothing to do), or
+ * ENGINE_ENOMEM. */
+int engine_load(struct engine *e, int64_t now, const struct dq_job *src,
+                uint64_t ref);
+
+/* The store moved a far job's record from `from` to `to` (compaction).
+ * Returns 1, or 0 if topic/id is not a far job at `from`. */
+int engine_far_move(struct engine *e, struct dq_str topic, struct dq_str id,
+                    uint64_t from, uint64_t to);
+
+/* Number of far jobs. */
+uint64_t engine_far_count(const struct engine *e);
+
+/* The far jobs of a topic, SCAN-style as engine_scan. */
+uint64_t engine_scan_far(const struct engine *e, struct dq_str topic,
+                         uint32_t buckets, uint64_t cursor,
+                         void (*fn)(void *ud, struct dq_str id, uint64_t ref),
+                         void *ud);
+
 /* Removes a job in any state. Returns 1 if it existed, else 0. */
 int engine_del(struct engine *e, struct dq_str topic, struct dq_str id);
 
@@ -72,6 +125,11 @@ int engine_del(struct engine *e, struct dq_str topic, struct dq_str id);
  * instead of coming one after the other. */
 void engine_prefetch(const struct engine *e, const struct dq_str *keys,
                      size_t n);
+
+/* The same for one far job, one level of its far-table chain (depth as
+ * htab_prefetch), for a caller that pipelines several by hand. */
+void engine_prefetch_far(const struct engine *e, struct dq_str topic,
+                         struct dq_str id, int depth);
 
 int engine_get(const struct engine *e, struct dq_str topic, struct dq_str id,
                struct dq_job *out);
@@ -107,17 +165,39 @@ int64_t engine_kick(struct engine *e, int64_t now, struct dq_str topic,
                     uint64_t count);
 
 /* PURGE: removes every job of the topic (its counters stay, see
- * engine_stats). Returns how many. */
+ * engine_stats). Returns how many. The jobs are gone at once for every
+ * call; of a topic with more than a few thousand, the memory is freed by
+ * engine_reap afterwards. */
 int64_t engine_purge(struct engine *e, struct dq_str topic);
 
 /* LIST, SCAN-style over the topic's id table (reverse-binary cursor, as
- * Redis SCAN): visits about `count` buckets from `cursor` and calls fn for
- * every job in `state` there. Returns the next cursor, 0 when done. Every
- * job present in that state for the whole scan is reported at least once,
- * even when the table grows or shrinks between calls. */
+ * Redis SCAN): calls fn for jobs in `state` from `cursor` on, bucket by
+ * bucket, until at least `count` were reported (the last bucket whole, so
+ * a page may hold a few more), the table ends, or about 65536 jobs and
+ * buckets were looked at. So a page is short only at the end of the scan,
+ * or when the state holds fewer than about one job in 65536 of the topic's.
+ * Returns the next cursor, 0 when done. Every job present in that state for
+ * the whole scan is reported at least once, even when the table grows or
+ * shrinks between calls. */
 uint64_t engine_list(const struct engine *e, struct dq_str topic, int state,
                      uint32_t count, uint64_t cursor,
                      void (*fn)(void *ud, struct dq_str id), void *ud);
+
+/* Every job in RAM of the topic, in any state, SCAN-style: visits about `buckets`
+ * buckets of its id table from `cursor` and calls fn for each job there.
+ * Returns the next cursor, 0 when done. Every job present for the whole scan
+ * is visited at least once. fn must not change the engine. */
+uint64_t engine_scan(const struct engine *e, struct dq_str topic,
+                     uint32_t buckets, uint64_t cursor,
+                     void (*fn)(void *ud, const struct dq_job *j), void *ud);
+
+/* Frees up to about `budget` jobs of purged topics. Returns true if some
+ * are left: call again soon (the embedded store does, between I/O). */
+bool engine_reap(struct engine *e, uint32_t budget);
+
+/* Gives back to the system up to `max` pages of memory that jobs no longer
+ * use (each costs tens of microseconds); returns how many still wait. */
+uint64_t engine_give_back(struct engine *e, uint64_t max);
 
 /* Counters and jobs per state, of one topic or (topic.len == 0) of all.
  * A topic keeps its counters after its last job goes while it is among the
@@ -150,10 +230,11 @@ bool engine_advance(struct engine *e, int64_t now, uint32_t budget);
 int engine_restore(struct engine *e, int64_t now, const struct dq_job *j);
 
 /* Bulk loads (recovery): engine_expect announces one job about to be
- * restored into topic; engine_expect_done sizes every announced topic's id
+ * restored into topic (engine_expect_far: one far job); engine_expect_done sizes every announced topic's id
  * table for its jobs at once, so restoring them never rehashes. Hints only:
  * no job changes, and a failure to allocate is ignored. */
 void engine_expect(struct engine *e, struct dq_str topic);
+void engine_expect_far(struct engine *e, struct dq_str topic);
 void engine_expect_done(struct engine *e);
 
 /* Calls fn for every job (any order). fn must not change the engine. */

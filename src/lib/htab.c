@@ -258,3 +258,21 @@ void htab_foreach(const struct htab *t, void (*fn)(void *ud, struct hnode *n),
         }
     }
 }
+
+uint64_t htab_drain(struct htab *t, uint64_t *pos, uint64_t *visits,
+                    void (*fn)(void *ud, struct hnode *n), void *ud) {
+    uint64_t n0 = t->mask[0] + 1, n1 = t->b[1] ? t->mask[1] + 1 : 0;
+    while (*visits > 0 && *pos < n0 + n1 && t->count) {
+        struct hnode **s = *pos < n0 ? &t->b[0][*pos] : &t->b[1][*pos - n0];
+        (*visits)--;
+        if (!*s) {
+            (*pos)++;
+            continue;
+        }
+        struct hnode *n = *s;
+        *s = n->next;
+        t->count--;
+        fn(ud, n);
+    }
+    return t->count;
+}

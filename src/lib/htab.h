@@ -80,6 +80,15 @@ uint64_t htab_scan(const struct htab *t, uint64_t cursor, uint32_t count,
 void htab_foreach(const struct htab *t, void (*fn)(void *ud, struct hnode *n),
                   void *ud);
 
+/* Takes the table apart a little at a time: looks at up to *visits
+ * buckets and nodes (counting them down) from *pos (0 to start; the caller
+ * keeps it), unlinking
+ * each node found and handing it to fn (which may free it). No resizing
+ * happens meanwhile; the table must not be used otherwise until it is
+ * empty. Returns the nodes left (0: done; htab_destroy it). */
+uint64_t htab_drain(struct htab *t, uint64_t *pos, uint64_t *visits,
+                    void (*fn)(void *ud, struct hnode *n), void *ud);
+
 /* SipHash-1-3 of p[0..len) under the process-wide key. */
 uint64_t htab_hash_bytes(const void *p, size_t len);
 

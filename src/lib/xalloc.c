@@ -16,6 +16,8 @@ static int should_fail(void) {
     return 0;
 }
 
+int dq_alloc_fails(void) { return should_fail(); }
+
 void *dq_malloc(size_t n) { return should_fail() ? NULL : malloc(n); }
 void *dq_calloc(size_t n, size_t size) {
     return should_fail() ? NULL : calloc(n, size);

@@ -20,6 +20,10 @@ void *xcalloc(size_t n, size_t size);
 void *xrealloc(void *p, size_t n);
 char *xstrndup(const char *s, size_t n);
 
+/* For allocators built on other sources (lib/slab.c): 1 if the seam says
+ * this allocation fails, counted like a dq_* allocation. */
+int dq_alloc_fails(void);
+
 /* Test seam: after `n` more successful dq_* allocations, every one fails
  * until called again with n < 0 (the default: never fail). */
 void xalloc_fail_after(long n);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lib/duration.h"
 #include "lib/log.h"
 #include "lib/xalloc.h"
 #include "server/config.h"
@@ -13,7 +14,7 @@
 
 
 enum opt_kind { OPT_STR, OPT_PORT, OPT_U64, OPT_FSYNC, OPT_LEVEL, OPT_FLAG,
-                OPT_DASHBOARD };
+                OPT_MS, OPT_DASHBOARD };
 
 struct opt {
     const char *name;
@@ -49,6 +50,9 @@ static const struct opt opts[] = {
     {"dashboard", OPT_DASHBOARD, F(dashboard), "on",
      "off | readonly | on: the web dashboard on the HTTP port"},
     {"log-level", OPT_LEVEL, F(log_level), "info", "debug | info | warn | error"},
+    {"memory-horizon", OPT_MS, F(memory_horizon), "1h",
+     "embedded store: jobs due later than this are kept on disk, only their "
+     "ids in RAM (0 = every job in RAM)"},
     {"repair", OPT_FLAG, F(repair), NULL,
      "truncate a corrupt log at the first bad record instead of refusing "
      "to start"},
@@ -94,6 +98,17 @@ static int set_opt(struct config *cfg, const struct opt *o, const char *v,
         int l = log_level_parse(v);
         if (l < 0) break;
         *(int *)field = l;
+        return 0;
+    }
+    case OPT_MS: {
+        int64_t ms;
+        const char *why;
+        if (duration_parse(v, &ms, &why) != 0) {
+            snprintf(err, errlen, "invalid value '%s' for --%s: %s", v,
+                     o->name, why);
+            return -1;
+        }
+        *(int64_t *)field = ms;
         return 0;
     }
     case OPT_DASHBOARD: /* enum http_dashboard's order */

@@ -28,6 +28,7 @@ struct config {
     uint64_t metrics_max_topics; /* topics with series of their own */
     int dashboard;        /* enum http_dashboard: off, readonly, on */
     bool repair;
+    int64_t memory_horizon; /* ms; 0 = every job in RAM */
 };
 
 /* Fills *cfg from argv (and a --config file it names). Returns 0, 1 when

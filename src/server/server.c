@@ -93,6 +93,7 @@ int server_init(struct server *srv, struct config *cfg) {
             .fsync_mode = cfg->fsync_mode,
             .repair = cfg->repair,
             .max_jobs = cfg->max_jobs,
+            .memory_horizon_ms = cfg->memory_horizon,
         },
         .max_body = cfg->max_body,
         .metrics_max_topics = (uint32_t)cfg->metrics_max_topics,

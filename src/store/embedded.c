@@ -23,13 +23,23 @@
  * with DQ_IOERR and the engine is rebuilt from the log, so memory never holds
  * what the log does not; while the log stays unwritable, changes are refused
  * at once and reads go on.
+ *
+ * Far jobs (store/tier.h): an ADD due beyond the memory horizon writes the
+ * whole job to its window's far segment and keeps only its id in the
+ * engine (a FAR record in the log). The commit writes the segments first,
+ * then the log. A loading event reads the segments of windows that opened
+ * into the engine, a few thousand records per loop turn, logging each job
+ * as a LOAD record; a segment read to its end is deleted after a commit
+ * once the log is synced.
  */
 #include <event2/event.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "engine/engine.h"
 #include "lib/buf.h"
@@ -37,9 +47,13 @@
 #include "lib/log.h"
 #include "lib/xalloc.h"
 #include "store/store.h"
+#include "store/tier.h"
 #include "store/wal.h"
 
 #define ADVANCE_BUDGET 8192 /* jobs moved per timer callback */
+#define LOAD_BUDGET 512     /* far records read per loading step (~0.2 ms) */
+#define TRIM_MIN 65536      /* jobs gone since the peak before memory is trimmed */
+#define TRIM_DELAY_MS 200   /* after the drop, so a burst of removals is done */
 
 /* What a result's data is, so the batch can turn offsets into pointers. */
 enum pend_kind { PEND_NONE, PEND_ID, PEND_JOBS, PEND_STRS, PEND_STATS };
@@ -75,9 +89,22 @@ struct dq_store {
     struct engine_config ec;
     struct engine *eng;
     struct wal *wal;
+    struct tier *tier;   /* far segments; NULL when nothing is far */
+    struct event *load_ev;
+    int64_t load_at;     /* when load_ev fires; INT64_MAX when not armed */
+    bool unlink_pending; /* loaded segments wait for unlink_mark to be durable */
+    uint64_t unlink_mark;
+    struct buf far_body; /* GET of a far job: its record */
     bool recovering; /* the engine is being rebuilt: hooks do nothing */
     struct event *commit_ev;
     struct event *timer_ev;
+    struct event *trim_ev;
+    struct event *reap_ev; /* frees purged jobs between I/O */
+    int64_t reap_us_max;   /* longest step */
+    uint64_t trim_peak;  /* most jobs in RAM since the last trim */
+    bool trim_armed;
+    uint64_t trims;
+    int64_t trim_us, trim_us_max; /* the last trim and the longest */
     int64_t timer_at; /* INT64_MAX when not armed */
     struct batch cur;
     /* ready notifications waiting for the engine call to return */
@@ -185,6 +212,10 @@ static void fire(struct pending *p, char *base) {
 }
 
 static void arm_timer(struct dq_store *s);
+static void arm_load(struct dq_store *s);
+static void reap_soon(struct dq_store *s);
+static void unlink_check(struct dq_store *s);
+static void after_change(struct dq_store *s);
 
 /* Rebuilds the engine from the log after a failed commit. Without it memory
  * would hold changes the log does not; if even that fails, the process
@@ -193,6 +224,7 @@ static void reload(struct dq_store *s) {
     char err[512] = "out of memory";
     struct engine *e = engine_new(&s->ec, 0);
     s->recovering = true;
+    tier_recount_begin(s->tier);
     int rc = e ? wal_reload(s->wal, e, now_ms(s), err, sizeof err) : -1;
     s->recovering = false;
     if (rc != 0) {
@@ -204,14 +236,23 @@ static void reload(struct dq_store *s) {
     event_del(s->timer_ev);
     s->timer_at = INT64_MAX;
     arm_timer(s);
+    tier_rewind(s->tier); /* loads that were not logged are redone */
+    tier_recount_end(s->tier);
+    arm_load(s);
+    reap_soon(s);
 }
 
 /* Writes the log for everything in the batch; if that fails, fails the
  * batch's changes and rebuilds the engine. */
 static void commit_log(struct dq_store *s) {
     if (!s->wal || !wal_pending(s->wal)) return;
-    if (wal_commit(s->wal) == 0) {
+    /* far segments first: a FAR record in the log names a written record */
+    if (tier_write(s->tier) != 0)
+        wal_fail_batch(s->wal, errno);
+    else if (wal_commit(s->wal) == 0) {
         wal_maybe_compact(s->wal, s->eng, false);
+        if (tier_created(s->tier)) arm_load(s);
+        unlink_check(s);
         return;
     }
     const char *msg = wal_last_error(s->wal) == ENOMEM
@@ -315,6 +356,17 @@ static void on_engine_expire(void *ud, const struct dq_job *job, bool dead) {
     event_active(s->commit_ev, 0, 0); /* even if no operation is pending */
 }
 
+/* Far hooks keep each segment's count of live jobs, in recovery too. */
+static void on_engine_far_drop(void *ud, uint64_t ref) {
+    struct dq_store *s = ud;
+    tier_drop(s->tier, ref);
+}
+
+static void on_engine_far_restore(void *ud, uint64_t ref) {
+    struct dq_store *s = ud;
+    tier_recount(s->tier, ref);
+}
+
 static void arm_timer(struct dq_store *s) {
     int64_t next = engine_next_expiry(s->eng);
     if (next == s->timer_at) return;
@@ -349,6 +401,166 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg) {
     }
 }
 
+/* --- giving memory back ------------------------------------------------------ */
+
+static int64_t mono_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* Jobs are malloc'd one by one, so after a PURGE or a drain their memory
+ * is free inside the heap but still resident: malloc_trim hands the free
+ * pages back to the kernel (MADV_DONTNEED). Done once the removals have
+ * settled, and only after a large drop, so it costs nothing in steady
+ * state. */
+static void trim_cb(evutil_socket_t fd, short what, void *arg) {
+    struct dq_store *s = arg;
+    s->trim_armed = false;
+    int64_t t0 = mono_us();
+    malloc_trim(0);
+    s->trim_us = mono_us() - t0;
+    if (s->trim_us > s->trim_us_max) s->trim_us_max = s->trim_us;
+    s->trims++;
+    s->trim_peak = engine_count(s->eng) - engine_far_count(s->eng);
+    log_debug("memory trimmed in %" PRId64 " us", s->trim_us);
+}
+
+static void note_count(struct dq_store *s) {
+    uint64_t n = engine_count(s->eng) - engine_far_count(s->eng);
+    if (n > s->trim_peak) {
+        s->trim_peak = n;
+    } else if (!s->trim_armed && s->trim_ev && s->trim_peak - n >= TRIM_MIN &&
+               n < s->trim_peak / 2) {
+        struct timeval tv = {0, TRIM_DELAY_MS * 1000};
+        event_add(s->trim_ev, &tv);
+        s->trim_armed = true;
+    }
+}
+
+#define REAP_BUDGET 2048 /* purged jobs (and buckets) freed per step: ~1 ms */
+#define RELEASE_PAGES 8  /* emptied 2 MiB pages unmapped per step: < 1 ms */
+
+/* Purged topics (a PURGE, or a replayed one) wait to be freed, and
+ * emptied pages to be given back. */
+static void reap_soon(struct dq_store *s) {
+    if (s->reap_ev &&
+        (engine_reap(s->eng, 0) || engine_give_back(s->eng, 0) > 0) &&
+        !evtimer_pending(s->reap_ev, NULL)) {
+        struct timeval tv = {0, 0};
+        event_add(s->reap_ev, &tv);
+    }
+}
+
+static void reap_cb(evutil_socket_t fd, short what, void *arg) {
+    struct dq_store *s = arg;
+    s->in_engine = 1;
+    int64_t t0 = mono_us();
+    bool more = engine_reap(s->eng, REAP_BUDGET);
+    more |= engine_give_back(s->eng, RELEASE_PAGES) > 0;
+    int64_t took = mono_us() - t0;
+    if (took > s->reap_us_max) s->reap_us_max = took;
+    s->in_engine = 0;
+    if (more) {
+        struct timeval tv = {0, 0};
+        event_add(s->reap_ev, &tv);
+    } else if (!s->trim_armed) { /* all freed: give back what the heap holds */
+        struct timeval tv = {0, TRIM_DELAY_MS * 1000};
+        event_add(s->trim_ev, &tv);
+        s->trim_armed = true;
+    }
+}
+
+/* --- loading far segments ------------------------------------------------- */
+
+static int load_one(void *ud, const struct dq_job *j, uint64_t ref) {
+    struct dq_store *s = ud;
+    int rc = engine_load(s->eng, now_ms(s), j, ref);
+    if (rc == 1) {
+        struct wal_rec r = {.type = WAL_LOAD, .job = *j};
+        wal_append(s->wal, &r);
+    } else if (rc < 0) {
+        log_error("out of memory loading a far job; it stays on disk");
+    }
+    return rc;
+}
+
+/* Compaction of a far segment: the job's record goes to a new place. */
+static int move_one(void *ud, const struct dq_job *j, uint64_t from) {
+    struct dq_store *s = ud;
+    uint64_t ref, to;
+    if (!engine_far_ref(s->eng, j->topic, j->id, &ref) || ref != from)
+        return 0;
+    if (tier_place(s->tier, j, &to) != 0) return 0;
+    engine_far_move(s->eng, j->topic, j->id, from, to);
+    struct wal_rec r = {.type = WAL_MOVE, .ref = to};
+    r.job.topic = j->topic;
+    r.job.id = j->id;
+    wal_append(s->wal, &r);
+    return 1;
+}
+
+/* Loaded (or compacted) segments are deleted once the records that made
+ * them useless are durable: the sync thread's work, never an fdatasync on
+ * the loop. Called after commits and from the loading event. */
+static void unlink_check(struct dq_store *s) {
+    if (!s->tier) return;
+    if (s->unlink_pending && wal_durable(s->wal, s->unlink_mark) &&
+        tier_unlink_ready(s->tier)) {
+        tier_unlink_loaded(s->tier);
+        s->unlink_pending = false;
+    }
+    if (!s->unlink_pending && !wal_pending(s->wal) &&
+        tier_unlink_waiting(s->tier)) {
+        tier_unlink_mark(s->tier);
+        s->unlink_mark = wal_commit_mark(s->wal);
+        s->unlink_pending = true;
+        arm_load(s); /* to look again */
+    }
+}
+
+static void arm_load(struct dq_store *s) {
+    if (!s->tier || !s->load_ev) return;
+    int64_t now = now_ms(s);
+    int64_t at = tier_load_at(s->tier, now);
+    if (s->unlink_pending && at > now + 250) at = now + 250; /* look again */
+    if (at == s->load_at) return;
+    event_del(s->load_ev);
+    s->load_at = at;
+    if (at == INT64_MAX) return;
+    int64_t wait = at > now ? at - now : 0;
+    struct timeval tv = {wait / 1000, (wait % 1000) * 1000};
+    event_add(s->load_ev, &tv);
+}
+
+/* A loading step: a few thousand records, then the loop serves I/O. While
+ * the log cannot be written nothing is loaded (LOAD records could not be
+ * logged). */
+static void load_cb(evutil_socket_t fd, short what, void *arg) {
+    struct dq_store *s = arg;
+    s->load_at = INT64_MAX;
+    bool more = false;
+    if (wal_writable(s->wal)) {
+        s->in_engine = 1;
+        more = tier_load_step(s->tier, now_ms(s), LOAD_BUDGET, load_one,
+                              move_one, s);
+        if (wal_pending(s->wal)) event_active(s->commit_ev, 0, 0);
+        unlink_check(s);
+        after_change(s);
+    }
+    if (more) {
+        struct timeval tv = {0, 0};
+        event_add(s->load_ev, &tv);
+        s->load_at = INT64_MIN;
+    } else if (!wal_writable(s->wal)) {
+        struct timeval tv = {1, 0};
+        event_add(s->load_ev, &tv);
+        s->load_at = INT64_MIN;
+    } else {
+        arm_load(s);
+    }
+}
+
 /* Applies transitions already due before an operation that depends on the
  * ready order, so a job due now queues before one added now. Leaves the
  * engine flag set for the operation that follows. */
@@ -362,6 +574,8 @@ static void catch_up(struct dq_store *s, int64_t now) {
 /* After every engine call that changes state. */
 static void after_change(struct dq_store *s) {
     s->in_engine = 0;
+    note_count(s);
+    reap_soon(s);
     if (s->timer_at != INT64_MIN) arm_timer(s);
     flush_ready(s);
 }
@@ -373,6 +587,11 @@ static void emb_close(struct dq_store *s) {
     commit(s);
     commit(s);
     wal_close(s->wal);
+    tier_close(s->tier);
+    if (s->load_ev) event_free(s->load_ev);
+    if (s->trim_ev) event_free(s->trim_ev);
+    if (s->reap_ev) event_free(s->reap_ev);
+    buf_free(&s->far_body);
     if (s->commit_ev) event_free(s->commit_ev);
     if (s->timer_ev) event_free(s->timer_ev);
     engine_free(s->eng);
@@ -392,10 +611,13 @@ static int emb_open(struct dq_store **out, const struct dq_store_config *cfg,
     }
     s->cfg = *cfg;
     s->timer_at = INT64_MAX;
+    s->load_at = INT64_MAX;
     s->ec = (struct engine_config){
         .max_jobs = cfg->max_jobs,
         .hooks = {.on_ready = on_engine_ready,
                   .on_expire = on_engine_expire,
+                  .on_far_drop = on_engine_far_drop,
+                  .on_far_restore = on_engine_far_restore,
                   .ud = s},
     };
     /* The wheel starts at time 0, so the jobs recovery puts back line up by
@@ -403,7 +625,11 @@ static int emb_open(struct dq_store **out, const struct dq_store_config *cfg,
     s->eng = engine_new(&s->ec, 0);
     s->commit_ev = event_new(cfg->base, -1, 0, commit_cb, s);
     s->timer_ev = evtimer_new(cfg->base, timer_cb, s);
-    if (!s->eng || !s->commit_ev || !s->timer_ev) {
+    s->load_ev = evtimer_new(cfg->base, load_cb, s);
+    s->trim_ev = evtimer_new(cfg->base, trim_cb, s);
+    s->reap_ev = evtimer_new(cfg->base, reap_cb, s);
+    if (!s->eng || !s->commit_ev || !s->timer_ev || !s->load_ev ||
+        !s->trim_ev || !s->reap_ev) {
         snprintf(err, errlen, "out of memory");
         emb_close(s);
         return -1;
@@ -415,7 +641,18 @@ static int emb_open(struct dq_store **out, const struct dq_store_config *cfg,
         .repair = cfg->repair,
         .base = cfg->base,
     };
+    /* the far segments first: replaying the log counts their live jobs */
+    struct tier_config tc = {
+        .dir = wc.dir,
+        .horizon_ms = cfg->memory_horizon_ms > 0 ? cfg->memory_horizon_ms : 0,
+        .fsync_mode = cfg->fsync_mode,
+    };
+    if (tier_open(&s->tier, &tc, err, errlen) != 0) {
+        emb_close(s);
+        return -1;
+    }
     s->recovering = true;
+    tier_recount_begin(s->tier);
     int rc = wal_open(&s->wal, &wc, s->eng, now_ms(s), NULL, err, errlen);
     s->recovering = false;
     if (rc != 0) {
@@ -423,7 +660,17 @@ static int emb_open(struct dq_store **out, const struct dq_store_config *cfg,
         emb_close(s);
         return -1;
     }
+    tier_recount_end(s->tier);
+    if (!s->tier && engine_far_count(s->eng) > 0) {
+        snprintf(err, errlen,
+                 "the log names %" PRIu64 " far jobs but %s/%s is missing",
+                 engine_far_count(s->eng), wc.dir, TIER_DIR);
+        emb_close(s);
+        return -1;
+    }
     arm_timer(s);
+    arm_load(s);
+    reap_soon(s);
     *out = s;
     return 0;
 }
@@ -486,6 +733,31 @@ static int engine_status(int rc) {
     }
 }
 
+#define NO_ROOM_FAR (ENGINE_ENOMEM - 100)
+
+/* ADD of a job due beyond the horizon: its record to its far segment, its
+ * id to the engine, a FAR record to the log. NO_ROOM_FAR if it cannot go
+ * far (then it goes to RAM). */
+static int add_far(struct dq_store *s, int64_t now, const struct dq_add *a) {
+    struct dq_job j = {
+        .topic = a->topic, .id = a->id, .body = a->body,
+        .state = DQ_DELAYED, .due = a->due, .created = now,
+        .ttr = a->ttr, .retries = a->retries, .backoff = a->backoff,
+    };
+    uint64_t ref;
+    if (tier_place(s->tier, &j, &ref) != 0) return NO_ROOM_FAR;
+    int rc = engine_add_far(s->eng, now, a, ref);
+    if (rc < 0) {
+        tier_unplace(s->tier);
+        return rc;
+    }
+    struct wal_rec r = {.type = WAL_FAR, .ref = ref};
+    r.job.topic = a->topic;
+    r.job.id = a->id;
+    wal_append(s->wal, &r);
+    return rc;
+}
+
 static void emb_add(struct dq_store *s, const struct dq_add *a,
                     dq_store_cb *cb, void *pd) {
     int64_t now = a->now ? a->now : now_ms(s);
@@ -496,6 +768,7 @@ static void emb_add(struct dq_store *s, const struct dq_add *a,
     struct dq_job v;
     if (refuse_change(s, cb, pd)) return;
     catch_up(s, now);
+    bool far = tier_far(s->tier, now, a->due);
     for (int tries = 0;; tries++) {
         if (gen) {
             if (now > s->id_ms) {
@@ -508,13 +781,21 @@ static void emb_add(struct dq_store *s, const struct dq_add *a,
                              s->id_ms, s->id_seq);
             req.id = (struct dq_str){idbuf, (size_t)n};
         }
-        rc = engine_add(s->eng, now, &req, &v);
+        if (far) {
+            rc = add_far(s, now, &req);
+            if (rc == NO_ROOM_FAR) { /* in RAM after all */
+                far = false;
+                rc = engine_add(s->eng, now, &req, &v);
+            }
+        } else {
+            rc = engine_add(s->eng, now, &req, &v);
+        }
         if (!(gen && rc == ENGINE_EEXISTS && tries < 1000)) break;
     }
     if (rc < 0) {
         pend_change(s, cb, pd, engine_status(rc));
     } else {
-        log_job(s, WAL_JOB, &v);
+        if (!far) log_job(s, WAL_JOB, &v);
         struct pending *p = pend_change(s, cb, pd, DQ_OK);
         p->kind = PEND_ID;
         p->cnt = req.id.len;
@@ -551,9 +832,21 @@ static void emb_del(struct dq_store *s, struct dq_str topic,
 static void emb_get(struct dq_store *s, struct dq_str topic, struct dq_str id,
                     dq_store_cb *cb, void *pd) {
     struct dq_job j;
+    uint64_t ref;
     struct pending *p = pend_push(s, cb, pd, DQ_OK);
-    if (engine_get(s->eng, topic, id, &j)) pend_jobs(s, p, &j, 1);
-    else p->kind = PEND_JOBS; /* njobs = 0 */
+    if (engine_get(s->eng, topic, id, &j)) {
+        pend_jobs(s, p, &j, 1);
+    } else if (engine_far_ref(s->eng, topic, id, &ref)) {
+        if (tier_read(s->tier, ref, topic, id, &s->far_body, &j)) {
+            pend_jobs(s, p, &j, 1);
+        } else {
+            p->status = DQ_IOERR;
+            p->errmsg = "the job is kept on disk and its record cannot be "
+                        "read (see the server log)";
+        }
+    } else {
+        p->kind = PEND_JOBS; /* njobs = 0 */
+    }
 }
 
 static void emb_reserve(struct dq_store *s, const struct dq_str *topics,
@@ -691,6 +984,7 @@ static void emb_purge(struct dq_store *s, struct dq_str topic,
     s->in_engine = 1;
     int64_t n = engine_purge(s->eng, topic);
     if (n > 0) log_topic(s, WAL_PURGE, topic, 0, n);
+    reap_soon(s); /* its jobs are freed between I/O */
     pend_change(s, cb, pd, DQ_OK)->n = n;
     after_change(s);
 }
@@ -715,6 +1009,16 @@ static void emb_topics(struct dq_store *s, dq_store_cb *cb, void *pd) {
 static void emb_info(struct dq_store *s, dq_info_emit *emit, void *ud) {
     emit(ud, "store", "embedded");
     dq_info_int(emit, ud, "jobs", (int64_t)(engine_count(s->eng)));
+    dq_info_int(emit, ud, "jobs_in_ram",
+                (int64_t)(engine_count(s->eng) - engine_far_count(s->eng)));
+    dq_info_int(emit, ud, "jobs_on_disk", (int64_t)engine_far_count(s->eng));
+    tier_info(s->tier, emit, ud);
+    dq_info_int(emit, ud, "memory_trims", (int64_t)s->trims);
+    dq_info_int(emit, ud, "memory_trim_last_us", s->trim_us);
+    dq_info_int(emit, ud, "memory_trim_max_us", s->trim_us_max);
+    dq_info_int(emit, ud, "purge_freeing",
+                engine_reap(s->eng, 0) || engine_give_back(s->eng, 0) > 0);
+    dq_info_int(emit, ud, "purge_free_step_max_us", s->reap_us_max);
     if (s->wal) wal_info(s->wal, emit, ud);
 }
 

@@ -95,6 +95,7 @@ struct dq_store_config {
     int fsync_mode;           /* enum dq_fsync */
     bool repair;              /* --repair (embedded) */
     uint64_t max_jobs;        /* 0 = no limit */
+    int64_t memory_horizon_ms;/* embedded: jobs due later go to disk; 0 = none */
     int64_t (*clock)(void *ud); /* unix ms; NULL = the real clock */
     void (*on_ready)(void *ud, struct dq_str topic, int64_t hint);
     void *ud;                 /* passed to clock and on_ready */

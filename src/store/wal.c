@@ -168,7 +168,10 @@ static size_t key_size(const struct dq_job *j) {
 static size_t rec_size(const struct wal_rec *r) {
     const struct dq_job *j = &r->job;
     switch (r->type) {
-    case WAL_JOB: return 1 + JOB_FIXED + key_size(j) + 4 + j->body.len;
+    case WAL_JOB:
+    case WAL_LOAD: return 1 + JOB_FIXED + key_size(j) + 4 + j->body.len;
+    case WAL_FAR:
+    case WAL_MOVE: return 1 + 8 + key_size(j);
     case WAL_DEL:
     case WAL_ACK: return 1 + key_size(j);
     case WAL_RESERVE:
@@ -192,7 +195,14 @@ static size_t encode_at(uint8_t *dst, const struct wal_rec *r) {
     uint8_t *p = dst + WAL_REC_HEADER;
     *p++ = (uint8_t)r->type;
     switch (r->type) {
+    case WAL_FAR:
+    case WAL_MOVE:
+        p = put64(p, r->ref);
+        p = putstr16(p, j->topic);
+        p = putstr16(p, j->id);
+        break;
     case WAL_JOB:
+    case WAL_LOAD:
         *p++ = (uint8_t)j->state;
         *p++ = j->backoff.kind;
         p = put64(p, (uint64_t)j->due);
@@ -278,8 +288,8 @@ const char *wal_type_name(int type) {
     static const char *const names[] = {
         "?",      "job",    "del",    "ack",     "reserve",  "nack",
         "touch",  "release", "expire", "kick",   "kickall",  "purge",
-        "counters", "snapend"};
-    if (type < 1 || type > WAL_SNAPEND) return "?";
+        "counters", "snapend", "far", "load", "move"};
+    if (type < 1 || type > WAL_MOVE) return "?";
     return names[type];
 }
 
@@ -339,7 +349,15 @@ static const char *decode(const uint8_t *p, size_t n, struct wal_rec *out) {
     struct dq_job *j = &out->job;
     out->type = rd8(&r);
     switch (out->type) {
-    case WAL_JOB: {
+    case WAL_FAR:
+    case WAL_MOVE:
+        out->ref = rd64(&r);
+        rd_key(&r, j);
+        if (!r.bad && out->ref >= (UINT64_C(1) << 48))
+            return "far reference out of range";
+        break;
+    case WAL_JOB:
+    case WAL_LOAD: {
         j->state = rd8(&r);
         j->backoff.kind = rd8(&r);
         j->due = (int64_t)rd64(&r);
@@ -458,7 +476,7 @@ static uint64_t find_valid(const uint8_t *p, size_t len, size_t from) {
 
 /* wal_scan; `verified`, if not NULL, is the end of the records a helper
  * thread has already checked the CRCs of (see scan_big). */
-static int scan(const void *data, size_t len,
+static int scan(const void *data, size_t len, uint64_t start,
                 int (*fn)(void *ud, const struct wal_rec *r, uint64_t off),
                 void *ud, struct wal_scan *res,
                 const atomic_size_t *verified) {
@@ -497,14 +515,15 @@ static int scan(const void *data, size_t len,
     }
     res->kind = get16(p + 10);
     res->seq = get64(p + 16);
-    if (res->kind != WAL_KIND_LOG && res->kind != WAL_KIND_SNAPSHOT) {
+    if (res->kind != WAL_KIND_LOG && res->kind != WAL_KIND_SNAPSHOT &&
+        res->kind != WAL_KIND_FAR) {
         res->end = WAL_END_BADHEADER;
         snprintf(res->why, sizeof res->why, "unknown file kind %d",
                  res->kind);
         return 0;
     }
 
-    size_t off = WAL_HEADER_SIZE;
+    size_t off = start > WAL_HEADER_SIZE ? start : WAL_HEADER_SIZE;
     while (off < len) {
         size_t rem = len - off;
         const char *why = NULL;
@@ -564,7 +583,23 @@ static int scan(const void *data, size_t len,
 int wal_scan(const void *data, size_t len,
              int (*fn)(void *ud, const struct wal_rec *r, uint64_t off),
              void *ud, struct wal_scan *res) {
-    return scan(data, len, fn, ud, res, NULL);
+    return scan(data, len, 0, fn, ud, res, NULL);
+}
+
+int wal_scan_at(const void *data, size_t len, uint64_t start,
+                int (*fn)(void *ud, const struct wal_rec *r, uint64_t off),
+                void *ud, struct wal_scan *res) {
+    return scan(data, len, start, fn, ud, res, NULL);
+}
+
+size_t wal_decode(const void *data, size_t len, struct wal_rec *out) {
+    const uint8_t *p = data;
+    if (len < WAL_REC_HEADER + 1) return 0;
+    uint32_t rl = get32(p + 4);
+    if (rl == 0 || rl > WAL_REC_MAX || rl > len - WAL_REC_HEADER) return 0;
+    if (crc32c(p + 4, 4 + (size_t)rl) != get32(p)) return 0;
+    if (decode(p + WAL_REC_HEADER, rl, out) != NULL) return 0;
+    return WAL_REC_HEADER + rl;
 }
 
 /* Recovery of a large file: a helper thread checks the CRCs ahead of the
@@ -609,14 +644,16 @@ static int scan_big(const void *data, size_t len,
     atomic_init(&v.stop, false);
     pthread_t t;
     if (len < SCAN_HELPER_MIN || pthread_create(&t, NULL, verify_main, &v))
-        return scan(data, len, fn, ud, res, NULL);
-    int rc = scan(data, len, fn, ud, res, &v.done);
+        return scan(data, len, 0, fn, ud, res, NULL);
+    int rc = scan(data, len, 0, fn, ud, res, &v.done);
     atomic_store(&v.stop, true);
     pthread_join(t, NULL);
     return rc;
 }
 
 /* --- replay into the engine ---------------------------------------------- */
+
+#define FAR_AHEAD 32
 
 struct replay {
     struct engine *e;
@@ -630,7 +667,39 @@ struct replay {
     uint64_t records;
     const char *err;     /* why apply stopped */
     bool fatal;          /* out of memory: no repair can help */
+    /* FAR and MOVE records wait here a little while their id-table buckets
+     * are loaded, so that their cache misses overlap (a log of 100 million
+     * far jobs is all such records); any other record empties it first */
+    struct wal_rec far[FAR_AHEAD];
+    size_t nfar;
 };
+
+/* Restores the far jobs waiting in rp->far, in order. */
+static int far_flush(struct replay *rp) {
+    for (size_t i = 0; i < rp->nfar; i++) {
+        const struct wal_rec *r = &rp->far[i];
+        if (engine_restore_far(rp->e, r->job.topic, r->job.id, r->ref) < 0) {
+            rp->err = "out of memory restoring a far job";
+            rp->fatal = true;
+            rp->nfar = 0;
+            return -1;
+        }
+    }
+    rp->nfar = 0;
+    return 0;
+}
+
+static int far_queue(struct replay *rp, const struct wal_rec *r) {
+    if (rp->nfar == FAR_AHEAD && far_flush(rp) != 0) return -1;
+    rp->far[rp->nfar++] = *r;
+    /* the bucket of the newest, the first chain node of one half way */
+    engine_prefetch_far(rp->e, r->job.topic, r->job.id, 0);
+    if (rp->nfar > FAR_AHEAD / 2) {
+        const struct wal_rec *m = &rp->far[rp->nfar - 1 - FAR_AHEAD / 2];
+        engine_prefetch_far(rp->e, m->job.topic, m->job.id, 1);
+    }
+    return 0;
+}
 
 /* Puts a job back in the engine in the state *j says, replacing any job
  * with its topic and id. */
@@ -688,6 +757,9 @@ static int apply(void *ud, const struct wal_rec *r, uint64_t off) {
     int rc;
     (void)off;
     rp->records++;
+    if (r->type != WAL_FAR && r->type != WAL_MOVE && rp->nfar &&
+        far_flush(rp) != 0)
+        return -1;
     if (rp->snapend) {
         rp->err = "record after the end of a snapshot";
         return -1;
@@ -697,6 +769,7 @@ static int apply(void *ud, const struct wal_rec *r, uint64_t off) {
      * engine moved), the record's outcome does not. */
     switch (r->type) {
     case WAL_JOB:
+    case WAL_FAR:
         if (rp->snapshot) rp->snap_jobs++;
         else rp->cnt.added++;
         break;
@@ -717,7 +790,11 @@ static int apply(void *ud, const struct wal_rec *r, uint64_t off) {
     }
     switch (r->type) {
     case WAL_JOB:
+    case WAL_LOAD:
         return put_job(rp, &r->job);
+    case WAL_FAR:
+    case WAL_MOVE:
+        return far_queue(rp, r); /* strings point into the mapped file */
     case WAL_DEL:
     case WAL_ACK:
         engine_del(e, r->job.topic, r->job.id);
@@ -764,6 +841,7 @@ struct syncer {
     bool running, stop;
     int next_fd;              /* handed over by the loop, -1 if none */
     atomic_uint_fast64_t written; /* bumped by every commit */
+    atomic_uint_fast64_t synced;  /* the value of `written` last synced */
     atomic_int err;           /* errno of a failed sync, 0 if none */
 };
 
@@ -789,6 +867,7 @@ struct wal {
     uint64_t log_bytes;    /* bytes of the segments after the snapshot */
     uint64_t job_bytes, job_recs; /* whole-job records appended: their mean
                                      size estimates the live jobs' size */
+    uint64_t far_bytes, far_recs; /* the same for far jobs' records */
     /* compaction */
     struct snapper *snap;  /* the compaction running, or NULL */
     int64_t next_compact;  /* monotonic ms; after a failure */
@@ -1010,12 +1089,13 @@ static int fix_snapshot(struct mapped *m, uint64_t seq, uint64_t at,
  * Errors are left to the real pass. */
 static int count_job(void *ud, const struct wal_rec *r, uint64_t off) {
     if (r->type == WAL_JOB) engine_expect(ud, r->job.topic);
+    else if (r->type == WAL_FAR) engine_expect_far(ud, r->job.topic);
     return 0;
 }
 
 static void presize(struct engine *e, const void *p, size_t len) {
     struct wal_scan sc;
-    scan(p, len, count_job, e, &sc, NULL);
+    scan(p, len, 0, count_job, e, &sc, NULL);
     engine_expect_done(e);
 }
 
@@ -1048,6 +1128,7 @@ static int load_snapshot(struct recov *rc, uint64_t seq) {
         rc->rp.snapshot = true;
         presize(rc->rp.e, m.p, m.len);
         stop = scan_big(m.p, m.len, apply, &rc->rp, &sc);
+        if (far_flush(&rc->rp) != 0 && !stop) stop = -1;
         rc->rp.snapshot = false;
         rc->info->bytes += m.len;
         if (stop) why = rc->rp.err;
@@ -1107,6 +1188,7 @@ static int replay_log(struct recov *rc, uint64_t seq, bool last,
     } else {
         presize(rc->rp.e, m.p, len);
         stop = scan_big(m.p, len, apply, &rc->rp, &sc);
+        if (far_flush(&rc->rp) != 0 && !stop) stop = -1;
     }
     rc->info->bytes += len;
     *good = sc.good;
@@ -1331,8 +1413,12 @@ static void *sync_main(void *arg) {
         }
         uint64_t wr = atomic_load(&s->written);
         if (cur >= 0 && wr != synced) {
-            if (wal_io.fdatasync(cur) != 0) atomic_store(&s->err, errno);
-            else synced = wr;
+            if (wal_io.fdatasync(cur) != 0) {
+                atomic_store(&s->err, errno);
+            } else {
+                synced = wr;
+                atomic_store(&s->synced, wr);
+            }
         }
         if (stop) break;
         pthread_mutex_lock(&s->mu);
@@ -1407,7 +1493,7 @@ static void sync_stop(struct wal *w) {
  * wholesale, and no step holds the loop for long. */
 
 #define SNAP_SLICE 1024 /* jobs per step */
-#define SNAP_SCAN 64    /* buckets per engine_list call */
+#define SNAP_SCAN 64    /* buckets per engine_scan call */
 
 struct snapper {
     bool active;
@@ -1423,6 +1509,7 @@ struct snapper {
     char *names;             /* the topics at the start, NUL-separated */
     size_t names_len, at;    /* at: offset of the current topic */
     uint64_t cursor;
+    bool far;                /* walking the topic's far jobs */
     int64_t start;
     /* the end, in a helper thread: sync, rename, delete what it replaces */
     bool syncing;
@@ -1473,10 +1560,19 @@ struct snap_step {
     uint64_t n;
 };
 
-static void snap_id(void *ud, struct dq_str id) {
+static void snap_job(void *ud, const struct dq_job *j) {
     struct snap_step *st = ud;
-    struct wal_rec r = {.type = WAL_JOB};
-    if (!engine_get(st->w->snap->e, st->topic, id, &r.job)) return;
+    struct wal_rec r = {.type = WAL_JOB, .job = *j};
+    snap_rec(st->w, &r);
+    st->w->snap->jobs++;
+    st->n++;
+}
+
+static void snap_far(void *ud, struct dq_str id, uint64_t ref) {
+    struct snap_step *st = ud;
+    struct wal_rec r = {.type = WAL_FAR, .ref = ref};
+    r.job.topic = st->topic;
+    r.job.id = id;
     snap_rec(st->w, &r);
     st->w->snap->jobs++;
     st->n++;
@@ -1592,13 +1688,20 @@ static bool compact_step(struct wal *w) {
     while (st.n < SNAP_SLICE && sn->at < sn->names_len && !sn->err) {
         const char *t = sn->names + sn->at;
         st.topic = (struct dq_str){t, strlen(t)};
-        /* the four states at one cursor: one pass over the same buckets */
-        uint64_t next = 0;
-        for (int state = 0; state < DQ_NSTATES; state++)
-            next = engine_list(sn->e, st.topic, state, SNAP_SCAN, sn->cursor,
-                               snap_id, &st);
+        /* the jobs in RAM, then the far ones (jobs only move from far to
+         * RAM, and every move is in the new segment anyway) */
+        uint64_t next =
+            sn->far ? engine_scan_far(sn->e, st.topic, SNAP_SCAN, sn->cursor,
+                                      snap_far, &st)
+                    : engine_scan(sn->e, st.topic, SNAP_SCAN, sn->cursor,
+                                  snap_job, &st);
         sn->cursor = next;
-        if (next == 0) sn->at += st.topic.len + 1;
+        if (next == 0 && !sn->far) {
+            sn->far = true;
+        } else if (next == 0) {
+            sn->far = false;
+            sn->at += st.topic.len + 1;
+        }
     }
     if (!sn->err && sn->at >= sn->names_len) {
         struct wal_rec r = {.type = WAL_COUNTERS, .counters = sn->counters};
@@ -1672,9 +1775,12 @@ int wal_maybe_compact(struct wal *w, const struct engine *e, bool force) {
         if (w->log_bytes < min || w->log_bytes < w->snap_bytes) return 0;
         /* Only when dead records dominate: a log that is mostly live jobs
          * (a stream of ADDs) would be rewritten for nothing. */
-        uint64_t live = w->job_recs
-                            ? engine_count(e) * (w->job_bytes / w->job_recs)
-                            : 0;
+        uint64_t nfar = engine_far_count(e);
+        uint64_t live =
+            (w->job_recs ? (engine_count(e) - nfar) *
+                               (w->job_bytes / w->job_recs)
+                         : 0) +
+            (w->far_recs ? nfar * (w->far_bytes / w->far_recs) : 0);
         if (w->snap_bytes + w->log_bytes < 2 * live) return 0;
         if (now < w->next_compact) return 0;
     }
@@ -1776,9 +1882,12 @@ void wal_append(struct wal *w, const struct wal_rec *r) {
         w->out = p;
         w->cap = cap;
     }
-    if (r->type == WAL_JOB) {
+    if (r->type == WAL_JOB || r->type == WAL_LOAD) {
         w->job_bytes += n;
         w->job_recs++;
+    } else if (r->type == WAL_FAR || r->type == WAL_MOVE) {
+        w->far_bytes += n;
+        w->far_recs++;
     }
     w->len += encode_at(w->out + w->len, r);
 }
@@ -1828,6 +1937,22 @@ int wal_commit(struct wal *w) {
     /* a failed background sync breaks the log for what comes next */
     check_sync_thread(w);
     return 0;
+}
+
+void wal_fail_batch(struct wal *w, int err) {
+    w->nomem = false;
+    drop_batch(w);
+    go_broken(w, err, "far segment write");
+}
+
+uint64_t wal_commit_mark(const struct wal *w) {
+    return atomic_load(&w->sync.written);
+}
+
+bool wal_durable(const struct wal *w, uint64_t mark) {
+    if (w->cfg.fsync_mode != DQ_FSYNC_EVERYSEC || !w->sync.running)
+        return true; /* always: synced by the commit; no: never promised */
+    return atomic_load(&w->sync.synced) >= mark;
 }
 
 bool wal_writable(const struct wal *w) { return !w->broken; }

@@ -57,7 +57,7 @@ struct buf;
 #define WAL_REC_MAX (64u << 20)      /* largest type+payload accepted */
 #define WAL_COMPACT_MIN_DEFAULT (16u << 20)
 
-enum wal_kind { WAL_KIND_LOG = 1, WAL_KIND_SNAPSHOT = 2 };
+enum wal_kind { WAL_KIND_LOG = 1, WAL_KIND_SNAPSHOT = 2, WAL_KIND_FAR = 3 };
 
 /* Record types; the numbers are part of the format. */
 enum wal_type {
@@ -75,6 +75,9 @@ enum wal_type {
     WAL_PURGE = 11,   /* topic, count: every job removed */
     WAL_COUNTERS = 12,/* the STATS counters (snapshots) */
     WAL_SNAPEND = 13, /* last record of a snapshot: number of jobs */
+    WAL_FAR = 14,     /* topic, id, ref: a far job, kept in a far segment */
+    WAL_LOAD = 15,    /* a whole job loaded from a far segment (not an ADD) */
+    WAL_MOVE = 16,    /* topic, id, ref: a far job's record moved (compaction) */
 };
 
 /* One decoded record. Which fields of `job` mean something depends on the
@@ -85,6 +88,7 @@ struct wal_rec {
     struct dq_job job;
     struct dq_stats counters; /* WAL_COUNTERS (jobs[] unused) */
     uint64_t count;           /* WAL_SNAPEND, WAL_KICKALL, WAL_PURGE */
+    uint64_t ref;             /* WAL_FAR, WAL_MOVE: where the job's record is */
 };
 
 /* The name of a record type ("job", "reserve", ...), "?" if unknown. */
@@ -125,6 +129,18 @@ struct wal_scan {
 int wal_scan(const void *data, size_t len,
              int (*fn)(void *ud, const struct wal_rec *r, uint64_t off),
              void *ud, struct wal_scan *res);
+
+/* wal_scan from the record at `start` (>= WAL_HEADER_SIZE, a record
+ * boundary) on, after checking the header. When fn stops the scan, res->good
+ * is the offset of the record it was given: a caller that has not used that
+ * record resumes there. */
+int wal_scan_at(const void *data, size_t len, uint64_t start,
+                int (*fn)(void *ud, const struct wal_rec *r, uint64_t off),
+                void *ud, struct wal_scan *res);
+
+/* Decodes the one record at p[0..len) (header included). Returns its whole
+ * size, or 0 if it is incomplete, fails its CRC or does not decode. */
+size_t wal_decode(const void *p, size_t len, struct wal_rec *out);
 
 /* --- fault seams ---------------------------------------------------------- */
 
@@ -196,6 +212,17 @@ bool wal_pending(const struct wal *w);
  * keeps the records for later and returns 0 (callers append only lease
  * expiries then, which replay would redo anyway). */
 int wal_commit(struct wal *w);
+
+/* Fails the buffered batch from outside (a far segment that goes with it
+ * could not be written): drops its records and breaks the log, as a failed
+ * wal_commit does; the caller reloads its engine. */
+void wal_fail_batch(struct wal *w, int err);
+
+/* A mark for everything committed so far, and whether it is durable as the
+ * fsync mode promises (always: at once; everysec: once the sync thread has
+ * synced it, within about a second; no: at once, nothing being promised). */
+uint64_t wal_commit_mark(const struct wal *w);
+bool wal_durable(const struct wal *w, uint64_t mark);
 
 /* False while the log is broken: the store must refuse changes. */
 bool wal_writable(const struct wal *w);

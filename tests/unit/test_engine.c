@@ -747,6 +747,37 @@ static void test_list_state_filter(void **state) {
     engine_free(e);
 }
 
+/* LIST COUNT n returns n ids per page while that many remain (the table's
+ * empty buckets and jobs of other states do not make short pages), and a
+ * page is empty only at the end (a page may end with a few more: the rest
+ * of its last bucket). */
+static void test_list_full_pages(void **state) {
+    enum { N = 3000 };
+    struct engine *e = new_engine(NULL, 0);
+    for (int k = 0; k < N; k++) add_n(e, k, k % 3 ? T0 + 100 : T0);
+    int want = 0;
+    for (int k = 0; k < N; k++) want += k % 3 != 0;
+    for (uint32_t count = 1; count <= 7; count += 3) {
+        uint8_t *mark = calloc(N, 1);
+        struct seen s = {mark, 0};
+        uint64_t c = 0;
+        do {
+            int before = s.n;
+            c = engine_list(e, S("t"), DQ_DELAYED, count, c, list_cb, &s);
+            int got = s.n - before;
+            if (c != 0) assert_true(got >= (int)count && got <= (int)count + 8);
+            if (got == 0) assert_true(c == 0);
+        } while (c != 0);
+        for (int k = 0; k < N; k++) assert_int_equal(mark[k], k % 3 != 0);
+        assert_true(s.n >= want);
+        free(mark);
+    }
+    /* a state with no job ends at once */
+    struct seen none = {NULL, 0};
+    assert_int_equal(engine_list(e, S("t"), DQ_DEAD, 1, 0, list_cb, &none), 0);
+    engine_free(e);
+}
+
 /* Jobs present for the whole scan are all seen, while the table grows and
  * then shrinks between calls. */
 static void test_list_concurrent(void **state) {
@@ -782,6 +813,165 @@ static void test_list_concurrent(void **state) {
     assert_true(engine_count(e) == 500);
     free(present);
     free(mark);
+    engine_free(e);
+}
+
+/* --- far jobs ----------------------------------------------------------------- */
+
+static uint64_t dropped[16];
+static int ndropped;
+
+static void on_far_drop(void *ud, uint64_t ref) {
+    if (ndropped < 16) dropped[ndropped] = ref;
+    ndropped++;
+}
+
+static struct engine *far_engine(uint64_t max_jobs) {
+    struct engine_config c = {.max_jobs = max_jobs};
+    c.hooks.on_far_drop = on_far_drop;
+    ndropped = 0;
+    struct engine *e = engine_new(&c, T0);
+    assert_non_null(e);
+    return e;
+}
+
+static void count_id(void *ud, struct dq_str id) { (*(int *)ud)++; }
+
+/* A far job counts as delayed everywhere, is seen by ADD's EXISTS check, DEL
+ * and PURGE remove it (telling the store), LIST pages over it, and loading
+ * turns it into a whole job that becomes ready at its due time. */
+static void test_far_jobs(void **state) {
+    struct engine *e = far_engine(3);
+    struct dq_add a = mk("t", "f1", "body-1", T0 + 5000);
+    assert_int_equal(engine_add_far(e, T0, &a, 0x10000002a), DQ_DELAYED);
+    assert_int_equal(engine_add_far(e, T0, &a, 7), ENGINE_EEXISTS);
+    assert_int_equal(engine_add(e, T0, &a, NULL), ENGINE_EEXISTS);
+    struct dq_add b = mk("t", "f2", "body-2", T0 + 6000);
+    assert_int_equal(engine_add_far(e, T0, &b, 99), DQ_DELAYED);
+    assert_int_equal(engine_count(e), 2);
+    assert_int_equal(engine_far_count(e), 2);
+    struct dq_stats st = stats(e, "t");
+    assert_int_equal(st.jobs[DQ_DELAYED], 2);
+    assert_int_equal(st.added, 2);
+    uint64_t ref = 0;
+    assert_int_equal(engine_far_ref(e, S("t"), S("f1"), &ref), 1);
+    assert_true(ref == 0x10000002a);
+    assert_int_equal(engine_get(e, S("t"), S("f1"), NULL), 0);
+    /* LIST delayed sees both far jobs and one in RAM, pages full */
+    struct dq_add c = mk("t", "n1", "", T0 + 100);
+    assert_true(engine_add(e, T0, &c, NULL) == DQ_DELAYED);
+    assert_int_equal(engine_add(e, T0, &(struct dq_add){.topic = S("t"),
+                     .id = S("x"), .due = T0}, NULL), ENGINE_EFULL);
+    int n = 0;
+    uint64_t cur = 0;
+    do {
+        int before = n;
+        cur = engine_list(e, S("t"), DQ_DELAYED, 1, cur, count_id, &n);
+        if (cur) assert_true(n > before);
+    } while (cur);
+    assert_int_equal(n, 3);
+    /* nothing in other states */
+    n = 0;
+    assert_int_equal(engine_list(e, S("t"), DQ_READY, 10, 0, count_id, &n), 0);
+    assert_int_equal(n, 0);
+    /* NACK/TOUCH do not see it (it is not reserved) */
+    assert_int_equal(engine_nack(e, T0, S("t"), S("f1"), 0),
+                     ENGINE_ENOTRESERVED);
+    /* loading at a stale ref does nothing; at the right one, a whole job */
+    struct dq_job v = {.topic = S("t"), .id = S("f1"), .body = S("body-1"),
+                       .due = T0 + 5000, .created = T0, .ttr = 1000,
+                       .retries = 2, .backoff = {DQ_BACKOFF_EXP, 100, 1000}};
+    assert_int_equal(engine_load(e, T0 + 10, &v, 5), 0);
+    assert_int_equal(engine_load(e, T0 + 10, &v, 0x10000002a), 1);
+    assert_int_equal(engine_far_count(e), 1);
+    assert_int_equal(stats(e, "t").jobs[DQ_DELAYED], 3);
+    assert_int_equal(stats(e, "t").added, 3); /* loading is not an ADD */
+    struct dq_job g;
+    assert_int_equal(engine_get(e, S("t"), S("f1"), &g), 1);
+    assert_int_equal(g.body.len, 6);
+    engine_advance(e, T0 + 5000, 100);
+    assert_int_equal(stats(e, "t").jobs[DQ_READY], 2) /* f1 and n1 */;
+    /* DEL of a far job tells the store; REPLACE too */
+    struct dq_add r = mk("t", "f2", "new", T0 + 7000);
+    r.replace = true;
+    assert_int_equal(engine_add_far(e, T0, &r, 100), DQ_DELAYED);
+    assert_int_equal(ndropped, 1);
+    assert_true(dropped[0] == 99);
+    assert_int_equal(engine_del(e, S("t"), S("f2")), 1);
+    assert_int_equal(ndropped, 2);
+    assert_true(dropped[1] == 100);
+    assert_int_equal(stats(e, "t").deleted, 1);
+    /* restore (recovery) replaces a job in RAM and counts nothing */
+    assert_int_equal(engine_restore_far(e, S("t"), S("n1"), 200), 0);
+    assert_int_equal(engine_far_count(e), 1);
+    assert_int_equal(engine_get(e, S("t"), S("n1"), NULL), 0);
+    assert_int_equal(stats(e, "t").added, 4);
+    /* PURGE takes far jobs too */
+    assert_int_equal(engine_purge(e, S("t")), 2);
+    assert_int_equal(ndropped, 3);
+    assert_int_equal(engine_count(e), 0);
+    assert_int_equal(engine_far_count(e), 0);
+    assert_int_equal(stats(e, "").jobs[DQ_DELAYED], 0);
+    engine_free(e);
+}
+
+/* A PURGE of many jobs: gone at once for every call (counts, lookups, ADD
+ * of the same ids), their memory freed by engine_reap slice by slice, and
+ * jobs of the purged topic that the wheel hands out meanwhile go nowhere. */
+static void test_big_purge_reaped_later(void **state) {
+    enum { N = 20000 };
+    struct engine *e = far_engine(0);
+    char id[32];
+    for (int k = 0; k < N; k++) {
+        snprintf(id, sizeof id, "j%d", k);
+        struct dq_add a = mk("t", id, "body", k % 3 == 0 ? T0 : T0 + 50 + k % 7);
+        if (k % 5 == 0)
+            assert_int_equal(engine_add_far(e, T0, &a, (uint64_t)k), DQ_DELAYED);
+        else
+            assert_true(engine_add(e, T0, &a, NULL) >= 0);
+    }
+    struct dq_add o = mk("other", "x", "", T0 + 60);
+    assert_true(engine_add(e, T0, &o, NULL) >= 0);
+    struct dq_job out[8];
+    struct dq_str t = S("t");
+    assert_int_equal(engine_reserve(e, T0, &t, 1, 8, out), 8);
+    ndropped = 0;
+    assert_int_equal(engine_purge(e, S("t")), N);
+    assert_int_equal(engine_count(e), 1);
+    assert_int_equal(engine_far_count(e), 0);
+    struct dq_stats st = stats(e, "t");
+    for (int k = 0; k < DQ_NSTATES; k++) assert_int_equal(st.jobs[k], 0);
+    assert_int_equal(st.deleted, N);
+    assert_int_equal(st.added, N);
+    assert_int_equal(stats(e, "").jobs[DQ_DELAYED], 1);
+    assert_int_equal(engine_get(e, S("t"), S("j1"), NULL), 0);
+    assert_int_equal(engine_far_ref(e, S("t"), S("j5"), NULL), 0);
+    int n = 0;
+    assert_int_equal(engine_list(e, S("t"), DQ_DELAYED, 10, 0, count_id, &n), 0);
+    assert_int_equal(n, 0);
+    /* the ids are free again */
+    struct dq_add again = mk("t", "j1", "new", T0 + 10);
+    assert_int_equal(engine_add(e, T0, &again, NULL), DQ_DELAYED);
+    /* time passes before the reaping: the purged delayed and reserved jobs
+     * leave the wheel without becoming ready anywhere */
+    engine_advance(e, T0 + 100000, 1000000);
+    assert_int_equal(stats(e, "t").jobs[DQ_READY], 1); /* the new j1 */
+    assert_int_equal(stats(e, "").jobs[DQ_READY], 2);  /* and other/x */
+    int steps = 0;
+    while (engine_reap(e, 1000)) steps++;
+    assert_true(steps >= 5);
+    assert_int_equal(ndropped, N / 5); /* every far job's record let go */
+    assert_int_equal(engine_count(e), 2);
+    engine_free(e); /* ASan: nothing left behind */
+    /* a grave not reaped yet is freed with the engine */
+    e = far_engine(0);
+    for (int k = 0; k < N; k++) {
+        snprintf(id, sizeof id, "j%d", k);
+        struct dq_add a = mk("t", id, "b", T0 + 5);
+        assert_true(engine_add(e, T0, &a, NULL) >= 0);
+    }
+    assert_int_equal(engine_purge(e, S("t")), N);
+    engine_reap(e, 100);
     engine_free(e);
 }
 
@@ -1083,6 +1273,9 @@ int main(void) {
         cmocka_unit_test(test_stats),
         cmocka_unit_test(test_list_state_filter),
         cmocka_unit_test(test_list_concurrent),
+        cmocka_unit_test(test_list_full_pages),
+        cmocka_unit_test(test_far_jobs),
+        cmocka_unit_test(test_big_purge_reaped_later),
         cmocka_unit_test(test_restore_foreach),
         cmocka_unit_test(test_alloc_failure),
         cmocka_unit_test(test_million_same_ms),

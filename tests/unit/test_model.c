@@ -10,6 +10,14 @@
  * equal times in the order the job was put on the timer (`tseq`), at most
  * `budget` per call.
  *
+ * Far jobs: each sequence has a memory horizon H (0 = off, or a few ms to a
+ * few seconds, so jobs cross it constantly). Like the tiered store, the
+ * harness adds a job whose window [k*H, (k+1)*H) starts after now + H as a
+ * far job (engine_add_far), keeps the whole job aside, and loads it
+ * (engine_load) as soon as time reaches its window's opening; the model
+ * knows nothing of this, so every answer must be the same. Among equal due
+ * times a loaded job counts as scheduled when it was loaded.
+ *
  * Env: MODEL_SEED=n runs that one sequence (the seed is printed on failure),
  * MODEL_SEQS=n sets how many sequences, MODEL_VERBOSE=1 prints operations.
  */
@@ -70,13 +78,13 @@ enum {
     C_ADD_DELAYED, C_ADD_READY, C_EXISTS, C_BUSY, C_FULL, C_REPLACED,
     C_RESERVED, C_NACK_DELAYED, C_NACK_READY, C_NACK_DEAD, C_NOTRESERVED,
     C_TOUCHED, C_KICKED, C_PURGED, C_RELEASED, C_TO_READY, C_EXPIRED,
-    C_EXPIRED_DEAD, C_ADVANCE_MORE, C_LISTED, C_N
+    C_EXPIRED_DEAD, C_ADVANCE_MORE, C_LISTED, C_ADD_FAR, C_LOADED, C_N
 };
 static const char *const C_NAME[C_N] = {
     "add-delayed", "add-ready", "exists", "busy", "full", "replaced",
     "reserved", "nack-delayed", "nack-ready", "nack-dead", "notreserved",
     "touched", "kicked", "purged", "released", "due->ready", "expired",
-    "expired->dead", "advance-more", "list-scans",
+    "expired->dead", "advance-more", "list-scans", "add-far", "loaded",
 };
 static uint64_t cov[C_N];
 
@@ -378,6 +386,78 @@ static bool m_advance(uint32_t budget) {
 
 /* --- engine side ------------------------------------------------------------------ */
 
+/* --- the far tier (the harness plays the store) ---------------------------------- */
+
+struct far_job {
+    bool ex;
+    uint64_t ref, order;
+    struct dq_job j;
+    char body[8];
+};
+
+static struct far_job FAR[NT][NI];
+static int64_t horizon; /* 0: no far jobs */
+static uint64_t far_refs, far_order;
+
+static int64_t window_of(int64_t due) { return due / horizon * horizon; }
+
+static bool goes_far(int64_t due) {
+    return horizon > 0 && window_of(due) > M.now + horizon;
+}
+
+static void hook_far_drop(void *ud, uint64_t ref) {
+    for (int t = 0; t < NT; t++)
+        for (int i = 0; i < NI; i++)
+            if (FAR[t][i].ex && FAR[t][i].ref == ref) {
+                FAR[t][i].ex = false;
+                return;
+            }
+    fail_here(__LINE__, "on_far_drop for an unknown ref");
+}
+
+static int far_add(struct engine *e, int t, int i, const struct dq_add *a) {
+    uint64_t ref = ++far_refs;
+    int rc = engine_add_far(e, M.now, a, ref);
+    if (rc < 0) return rc;
+    struct far_job *f = &FAR[t][i];
+    CHECK(!f->ex); /* a replaced one was dropped through the hook */
+    f->ex = true;
+    f->ref = ref;
+    f->order = ++far_order;
+    f->j = (struct dq_job){
+        .topic = S(TOPIC[t]), .id = S(ID[i]), .state = DQ_DELAYED,
+        .due = a->due, .created = M.now, .ttr = a->ttr,
+        .retries = a->retries, .backoff = a->backoff,
+    };
+    memcpy(f->body, a->body.p, a->body.len);
+    f->j.body = (struct dq_str){f->body, a->body.len};
+    return rc;
+}
+
+/* Loads every far job whose window opened, in the order they were added. */
+static void far_load(struct engine *e) {
+    for (;;) {
+        struct far_job *best = NULL;
+        int bt = 0, bi = 0;
+        for (int t = 0; t < NT; t++)
+            for (int i = 0; i < NI; i++) {
+                struct far_job *f = &FAR[t][i];
+                if (f->ex && window_of(f->j.due) <= M.now + horizon &&
+                    (!best || f->order < best->order)) {
+                    best = f;
+                    bt = t;
+                    bi = i;
+                }
+            }
+        if (!best) return;
+        CHECK(engine_load(e, M.now, &best->j, best->ref) == 1);
+        best->ex = false;
+        CHECK(M.j[bt][bi].ex && M.j[bt][bi].st == DQ_DELAYED);
+        M.j[bt][bi].tseq = ++M.tseq; /* on the timer from now on */
+        cov[C_LOADED]++;
+    }
+}
+
 static int topic_index(struct dq_str s) {
     for (int t = 0; t <= NT; t++)
         if (s.len == strlen(TOPIC[t]) && memcmp(s.p, TOPIC[t], s.len) == 0)
@@ -456,7 +536,17 @@ static void check_all(struct engine *e) {
                 continue;
             }
             const struct mjob *j = &M.j[t][i];
-            CHECK(r == (int)j->ex);
+            const struct far_job *f = &FAR[t][i];
+            uint64_t ref = 0;
+            CHECK(engine_far_ref(e, S(TOPIC[t]), S(ID[i]), &ref) == (int)f->ex);
+            if (f->ex) {
+                /* far: the harness holds it; the engine only its id */
+                CHECK(r == 0 && j->ex && ref == f->ref);
+                v = f->j;
+                CHECK(j->st == DQ_DELAYED);
+            } else {
+                CHECK(r == (int)j->ex);
+            }
             if (!j->ex) continue;
             CHECK((int)v.state == j->st);
             CHECK(v.attempts == j->attempts);
@@ -471,7 +561,7 @@ static void check_all(struct engine *e) {
             CHECK(v.body.len == j->blen);
             CHECK(memcmp(v.body.p, j->body, j->blen) == 0);
             int64_t w;
-            if (m_timed(j, &w) && w < min_when) min_when = w;
+            if (!f->ex && m_timed(j, &w) && w < min_when) min_when = w;
         }
     }
     CHECK(engine_count(e) == M.count);
@@ -493,9 +583,12 @@ static void check_all(struct engine *e) {
     struct topics_seen ts = {0};
     engine_topics(e, topics_cb, &ts);
     for (int t = 0; t < NT; t++) CHECK(ts.seen[t] == (topic_jobs(t) > 0));
-    int nf = 0;
+    int nf = 0, nfar = 0;
+    for (int t = 0; t < NT; t++)
+        for (int i = 0; i < NI; i++) nfar += FAR[t][i].ex;
     engine_foreach(e, foreach_cb, &nf);
-    CHECK((uint64_t)nf == M.count);
+    CHECK((uint64_t)(nf + nfar) == M.count);
+    CHECK(engine_far_count(e) == (uint64_t)nfar);
     int64_t nx = engine_next_expiry(e);
     CHECK(nx <= min_when);
     CHECK((nx == INT64_MAX) == (min_when == INT64_MAX));
@@ -568,11 +661,15 @@ static void run(uint64_t seed) {
     memset(&M, 0, sizeof M);
     memset(&got, 0, sizeof got);
     memset(&want, 0, sizeof want);
+    memset(FAR, 0, sizeof FAR);
+    static const int64_t horizons[] = {0, 1, 3, 64, 100, 1000, 5000};
+    horizon = horizons[rnd() % (sizeof horizons / sizeof horizons[0])];
     M.now = 1700000000000 + (int64_t)(rnd() % 100000);
     M.max_jobs = rnd() % 3 == 0 ? 1 + rnd() % 12 : 0;
     struct engine_config cfg = {
         .max_jobs = M.max_jobs,
-        .hooks = {.on_ready = hook_ready, .on_expire = hook_expire},
+        .hooks = {.on_ready = hook_ready, .on_expire = hook_expire,
+                  .on_far_drop = hook_far_drop},
     };
     struct engine *e = engine_new(&cfg, M.now);
     CHECK(e != NULL);
@@ -606,9 +703,14 @@ static void run(uint64_t seed) {
             /* the server's look-ahead hint: must change nothing */
             struct dq_str keys[4] = {ts, is, S(TOPIC[(t + 1) % (NT + 1)]), is};
             engine_prefetch(e, keys, 2);
-            int rc = engine_add(e, M.now, &a, &v);
-            CHECK(rc == want_rc);
-            if (rc >= 0) CHECK((int)v.state == rc && id_index(v.id) == i);
+            if (goes_far(due)) {
+                CHECK(far_add(e, t, i, &a) == want_rc);
+                cov[C_ADD_FAR]++;
+            } else {
+                int rc = engine_add(e, M.now, &a, &v);
+                CHECK(rc == want_rc);
+                if (rc >= 0) CHECK((int)v.state == rc && id_index(v.id) == i);
+            }
         } else if (op < 34) {
             if (verbose) printf("%d: DEL %s %s\n", step_now, TOPIC[t], ID[i]);
             CHECK(engine_del(e, ts, is) == m_drop(t, i, false));
@@ -675,6 +777,7 @@ static void run(uint64_t seed) {
         } else {
             /* Time passes; apply timed transitions, maybe not all. */
             M.now += (int64_t)PICK(STEP_MS);
+            far_load(e); /* windows that opened: before anything is due */
             int calls = rnd() % 3 == 0 ? 1 : 100;
             if (verbose) printf("%d: ADVANCE now=%lld\n", step_now, (long long)M.now);
             for (int c = 0; c < calls; c++) {
@@ -692,6 +795,7 @@ static void run(uint64_t seed) {
     /* Drain: catch up with time, then everything ready comes out in the
      * model's order. */
     M.now += 86400000LL * 30;
+    far_load(e);
     while (m_advance(1000)) {}
     while (engine_advance(e, M.now, 1000)) {}
     memset(&got, 0, sizeof got);
