@@ -95,6 +95,9 @@ void core_nack(struct core *c, struct dq_str topic, struct dq_str id,
 void core_touch(struct core *c, struct dq_str topic, struct dq_str id,
                 int64_t ttr, core_cb *cb, void *pd);
 /* count CORE_UNSET = all. res: n = dead jobs moved to ready. */
+/* One job by id: dead -> ready, attempts 0. res: n = 1 if it was dead. */
+void core_kick_job(struct core *c, struct dq_str topic, struct dq_str id,
+                   core_cb *cb, void *pd);
 void core_kick(struct core *c, struct dq_str topic, int64_t count, core_cb *cb,
                void *pd);
 /* state by name; count CORE_UNSET = 10. res: strs/nstrs, cursor. */
