@@ -304,6 +304,13 @@ void core_kick(struct core *c, struct dq_str topic, int64_t count, core_cb *cb,
                  call_done, call_new(c, M_KICK, cb, pd));
 }
 
+void core_kick_job(struct core *c, struct dq_str topic, struct dq_str id,
+                   core_cb *cb, void *pd) {
+    if (!check_key(c, topic, &id, 1, cb, pd)) return;
+    c->ops->kick_job(c->store, topic, id, call_done,
+                     call_new(c, M_KICK, cb, pd));
+}
+
 void core_list(struct core *c, struct dq_str topic, struct dq_str state,
                int64_t count, uint64_t cursor, core_cb *cb, void *pd) {
     if (!check_topic(c, topic, cb, pd)) return;

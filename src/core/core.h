@@ -36,6 +36,9 @@ struct core;
 struct core_wait;
 struct metrics;
 
+/* How many store gauges a snapshot carries (metrics_store_gauges). */
+#define CORE_STORE_GAUGES 7
+
 /* "Not given" for the optional integer fields below. */
 #define CORE_UNSET INT64_MIN
 
@@ -103,6 +106,9 @@ void core_bury(struct core *c, struct dq_str topic, struct dq_str id,
 void core_touch(struct core *c, struct dq_str topic, struct dq_str id,
                 int64_t ttr, core_cb *cb, void *pd);
 /* count CORE_UNSET = all. res: n = dead jobs moved to ready. */
+/* One job by id: dead -> ready, attempts 0. res: n = 1 if it was dead. */
+void core_kick_job(struct core *c, struct dq_str topic, struct dq_str id,
+                   core_cb *cb, void *pd);
 void core_kick(struct core *c, struct dq_str topic, int64_t count, core_cb *cb,
                void *pd);
 /* state by name; count CORE_UNSET = 10. res: strs/nstrs, cursor. */
@@ -176,6 +182,9 @@ struct core_snapshot {
     size_t ntopics;
     struct dq_stats total;               /* over all topics */
     int64_t log_bytes;                   /* the embedded log; -1 = none */
+    /* The store's own gauges, by the index of metrics_store_gauges
+     * (core/metrics.h); -1 = the store does not report it. */
+    int64_t gauges[CORE_STORE_GAUGES];
 };
 typedef void core_snapshot_cb(void *pd, const struct core_snapshot *s);
 /* Asks the store for its topics and each topic's STATS (not counted as

@@ -349,6 +349,20 @@ static void emit_topic_events(const struct metrics_visitor *v,
     }
 }
 
+const struct store_gauge metrics_store_gauges[CORE_STORE_GAUGES] = {
+    {"jobs_in_ram", "delayq_jobs_in_ram", "Jobs held whole in memory"},
+    {"jobs_on_disk", "delayq_jobs_on_disk",
+     "Far jobs kept in segment files, only their id in memory"},
+    {"far_segments", "delayq_far_segments", "Far segment files"},
+    {"far_segment_bytes", "delayq_far_segment_bytes", "Bytes of far segment files"},
+    {"far_segments_loading", "delayq_far_segments_loading",
+     "Far segments being loaded into memory now"},
+    {"far_loading_bytes_left", "delayq_far_loading_bytes_left",
+     "Bytes of the segments being loaded still to read"},
+    {"far_records_loaded", "delayq_far_records_loaded_total",
+     "Far jobs loaded into memory since start"},
+};
+
 void metrics_visit_store(const struct metrics *m,
                          const struct core_snapshot *s,
                          const struct metrics_visitor *v) {
@@ -373,5 +387,12 @@ void metrics_visit_store(const struct metrics *m,
         v->family(v->ud, "delayq_log_bytes", "gauge",
                   "Bytes in the embedded store's append-only log");
         v->value(v->ud, "delayq_log_bytes", "", (double)s->log_bytes);
+    }
+    for (int i = 0; i < CORE_STORE_GAUGES; i++) {
+        const struct store_gauge *g = &metrics_store_gauges[i];
+        if (s->gauges[i] < 0) continue;
+        v->family(v->ud, g->name, strstr(g->name, "_total") ? "counter" : "gauge",
+                  g->help);
+        v->value(v->ud, g->name, "", (double)s->gauges[i]);
     }
 }

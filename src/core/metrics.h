@@ -80,6 +80,13 @@ void metrics_visit_store(const struct metrics *m,
                          const struct core_snapshot *s,
                          const struct metrics_visitor *v);
 
+/* Gauges a store reports among its INFO lines, exported as they are:
+ * {INFO name, metric name, help}; CORE_STORE_GAUGES of them. */
+struct store_gauge {
+    const char *info, *name, *help;
+};
+extern const struct store_gauge metrics_store_gauges[];
+
 /* The command's lower-case name ("add"). */
 const char *metrics_cmd_name(int cmd);
 

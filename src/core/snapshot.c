@@ -21,8 +21,13 @@ struct snap {
     struct dq_stats total;
 };
 
-static void log_bytes_emit(void *ud, const char *name, const char *value) {
-    if (strcmp(name, "log_bytes") == 0) *(int64_t *)ud = atoll(value);
+/* Picks the store's gauges out of its INFO lines. */
+static void gauge_emit(void *ud, const char *name, const char *value) {
+    struct core_snapshot *out = ud;
+    if (strcmp(name, "log_bytes") == 0) out->log_bytes = atoll(value);
+    for (int i = 0; i < CORE_STORE_GAUGES; i++)
+        if (strcmp(name, metrics_store_gauges[i].info) == 0)
+            out->gauges[i] = atoll(value);
 }
 
 static void finish(struct snap *s) {
@@ -33,7 +38,8 @@ static void finish(struct snap *s) {
         .total = s->total,
         .log_bytes = -1,
     };
-    core_store_info(s->core, log_bytes_emit, &out.log_bytes);
+    for (int i = 0; i < CORE_STORE_GAUGES; i++) out.gauges[i] = -1;
+    core_store_info(s->core, gauge_emit, &out);
     s->cb(s->pd, &out);
     dq_free(s->topics);
     dq_free(s->names);

@@ -843,17 +843,33 @@ int engine_release(struct engine *e, struct dq_str topic, struct dq_str id) {
     return 1;
 }
 
+/* dead -> ready, attempts 0, due now (the ready order follows due). */
+static void kick_one(struct engine *e, struct job *j, int64_t now) {
+    unplace(e, j);
+    j->attempts = 0;
+    j->due = (uint64_t)clamp_time(now);
+    place(e, j, DQ_READY, 0);
+}
+
+int engine_kick_job(struct engine *e, int64_t now, struct dq_str topic,
+                    struct dq_str id) {
+    struct topic *t;
+    struct job *j = find(e, topic, id, &t, NULL);
+    if (!j || j->state != DQ_DEAD) return 0;
+    kick_one(e, j, now);
+    t->st.kicked++;
+    e->st.kicked++;
+    notify_ready(e, t);
+    return 1;
+}
+
 int64_t engine_kick(struct engine *e, int64_t now, struct dq_str topic,
                     uint64_t count) {
     struct topic *t = topic_get(e, topic);
     if (!t) return 0;
     int64_t n = 0;
     while ((count == 0 || (uint64_t)n < count) && !list_empty(&t->dead)) {
-        struct job *j = job_of(t->dead.next);
-        unplace(e, j);
-        j->attempts = 0;
-        j->due = (uint64_t)clamp_time(now); /* ready order follows due */
-        place(e, j, DQ_READY, 0);
+        kick_one(e, job_of(t->dead.next), now);
         n++;
     }
     t->st.kicked += (uint64_t)n;

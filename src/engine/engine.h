@@ -173,6 +173,11 @@ int engine_release(struct engine *e, struct dq_str topic, struct dq_str id);
 int64_t engine_kick(struct engine *e, int64_t now, struct dq_str topic,
                     uint64_t count);
 
+/* KICK of one job: dead -> ready, attempts = 0, due = now. Returns 1, or 0
+ * if the job is absent or not dead. */
+int engine_kick_job(struct engine *e, int64_t now, struct dq_str topic,
+                    struct dq_str id);
+
 /* PURGE: removes every job of the topic (its counters stay, see
  * engine_stats). Returns how many. The jobs are gone at once for every
  * call; of a topic with more than a few thousand, the memory is freed by

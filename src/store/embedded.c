@@ -937,6 +937,17 @@ static void emb_release(struct dq_store *s, struct dq_str topic,
     after_change(s);
 }
 
+static void emb_kick_job(struct dq_store *s, struct dq_str topic,
+                         struct dq_str id, dq_store_cb *cb, void *pd) {
+    if (refuse_change(s, cb, pd)) return;
+    s->in_engine = 1;
+    int rc = engine_kick_job(s->eng, now_ms(s), topic, id);
+    struct dq_job v;
+    if (rc == 1 && engine_get(s->eng, topic, id, &v)) log_job(s, WAL_KICK, &v);
+    pend_change(s, cb, pd, DQ_OK)->n = rc;
+    after_change(s);
+}
+
 static void collect_id(void *ud, struct dq_str id) {
     struct buf *b = ud;
     uint16_t len = (uint16_t)id.len;
@@ -1070,6 +1081,7 @@ const struct dq_store_ops dq_store_embedded = {
     .touch = emb_touch,
     .release = emb_release,
     .kick = emb_kick,
+    .kick_job = emb_kick_job,
     .list = emb_list,
     .purge = emb_purge,
     .stats = emb_stats,

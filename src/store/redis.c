@@ -34,6 +34,7 @@ const struct rs_opinfo OPS[] = {
     [OP_KICK] = {"kick", true},      [OP_LIST] = {"list", true},
     [OP_PURGE] = {"purge", false},   [OP_STATS] = {"stats", false},
     [OP_TOPICS] = {"carry", false},  [OP_CARRY] = {"carry", false},
+    [OP_KICKJOB] = {"kickjob", false},
 };
 
 static void req_free(struct rreq *rq);
@@ -602,6 +603,11 @@ static void redis_release(struct dq_store *s, struct dq_str topic,
     rs_submit(req_ids(s, OP_RELEASE, topic, &id, 1, cb, pd));
 }
 
+static void redis_kick_job(struct dq_store *s, struct dq_str topic,
+                           struct dq_str id, dq_store_cb *cb, void *pd) {
+    rs_submit(req_ids(s, OP_KICKJOB, topic, &id, 1, cb, pd));
+}
+
 static void redis_kick(struct dq_store *s, struct dq_str topic, uint64_t count,
                        dq_store_cb *cb, void *pd) {
     struct rreq *rq = req_ids(s, OP_KICK, topic, NULL, 0, cb, pd);
@@ -663,6 +669,7 @@ const struct dq_store_ops dq_store_redis = {
     .nack = redis_nack,
     .touch = redis_touch,
     .release = redis_release,
+    .kick_job = redis_kick_job,
     .kick = redis_kick,
     .list = redis_list,
     .purge = redis_purge,

@@ -53,6 +53,7 @@
 enum op {
     OP_ADD, OP_DEL, OP_ACK, OP_GET, OP_RESERVE, OP_NACK, OP_TOUCH,
     OP_RELEASE, OP_KICK, OP_LIST, OP_PURGE, OP_STATS, OP_TOPICS, OP_CARRY,
+    OP_KICKJOB,
 };
 
 /* The script's name for each op, and whether its units run one after the

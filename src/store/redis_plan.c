@@ -119,7 +119,7 @@ int rs_plan(struct rreq *rq) {
         plan_groups(rq, 1);
         rq->gs[rq->ngs++] = rs_id_shard(s, t, rq->add.id);
         break;
-    case OP_GET: case OP_NACK: case OP_TOUCH: case OP_RELEASE:
+    case OP_GET: case OP_NACK: case OP_TOUCH: case OP_RELEASE: case OP_KICKJOB:
         t = rs_topic_get(s, rq->topic.p, rq->topic.len);
         plan_groups(rq, 1);
         rq->gs[rq->ngs++] = rs_id_shard(s, t, rq->ids[0]);
@@ -295,6 +295,7 @@ static size_t unit_args(struct unit *u, struct buf *sc, int64_t now) {
     }
     case OP_GET:
     case OP_RELEASE:
+    case OP_KICKJOB:
         arg_str(sc, rq->ids[0].p, rq->ids[0].len);
         return 1;
     case OP_NACK:

@@ -110,7 +110,7 @@ static void unit_result(struct unit *u, const redisReply *e) {
         rq->n += int_at(e, 1);
         if (rq->count) rq->count = (uint64_t)int_at(e, 1) >= rq->count ? 0 : rq->count - (uint64_t)int_at(e, 1);
         break;
-    case OP_NACK: case OP_TOUCH: case OP_RELEASE:
+    case OP_NACK: case OP_TOUCH: case OP_RELEASE: case OP_KICKJOB:
         rq->n = int_at(e, 1);
         break;
     case OP_RESERVE: /* gidx id record, per job */
@@ -164,6 +164,9 @@ static void unit_result(struct unit *u, const redisReply *e) {
         rq->st.dead += v[9];
         rq->st.deleted += v[10];
         rq->st.kicked += v[11];
+        int64_t oldest = e->elements > 13 ? int_at(e, 13) : 0;
+        if (oldest > 0 && (rq->st.oldest_ready == 0 || oldest < rq->st.oldest_ready))
+            rq->st.oldest_ready = oldest;
         break;
     }
     case OP_TOPICS: case OP_CARRY:

@@ -168,6 +168,10 @@ struct dq_store_ops {
      * ready queue. res: n = 1 if it was reserved, else 0. */
     void (*release)(struct dq_store *s, struct dq_str topic, struct dq_str id,
                     dq_store_cb *cb, void *pd);
+    /* KICK of one job by id: dead -> ready, attempts 0. res: n = 1 if it
+     * was dead, else 0 (absent or in another state). */
+    void (*kick_job)(struct dq_store *s, struct dq_str topic, struct dq_str id,
+                     dq_store_cb *cb, void *pd);
     /* KICK. count 0 = all. res: n = dead jobs moved to ready. */
     void (*kick)(struct dq_store *s, struct dq_str topic, uint64_t count,
                  dq_store_cb *cb, void *pd);

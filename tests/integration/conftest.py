@@ -446,6 +446,8 @@ class HttpConn:
                 i += 2
             doc["topics"] = [self._s(t) for t in a[i + 1:]]
             return "POST", "/v1/reserve", doc
+        if cmd == "KICKJOB":
+            return "POST", "/v1/topics/%s/jobs/%s/kick" % (q(a[0]), q(a[1])), {}
         if cmd == "KICK":
             doc = {"count": self._num(a[2])} if len(a) == 3 else {}
             return "POST", "/v1/topics/%s/kick" % q(a[0]), doc
@@ -587,7 +589,7 @@ class HttpConn:
         if cmd == "PING":
             return Status(b"PONG")
         key = {"DEL": "deleted", "ACK": "acked", "TOUCH": "deadline", "KICK": "kicked",
-               "PURGE": "removed"}[cmd]
+               "KICKJOB": "kicked", "PURGE": "removed"}[cmd]
         return doc[key]
 
     def pending(self, wait=0.05):

@@ -76,6 +76,27 @@ def test_names_values_and_promtool(server):
     assert p.returncode == 0 and not p.stdout.strip() and not p.stderr.strip(), p
 
 
+@pytest.mark.stores("embedded")
+def test_jobs_in_ram_and_on_disk(make_server):
+    srv = make_server("--memory-horizon", "60000")
+    c = srv.raw()
+    for i in range(3):
+        c.call("ADD", "near", "n%d" % i, "x", "DELAY", 1000)
+    for i in range(4):
+        c.call("ADD", "far", "f%d" % i, "x", "DELAY", 86400000 + i * 3600000)
+    text = scrape(srv)
+    s = samples(text)
+    assert s[("delayq_jobs_in_ram", "")] == 3
+    assert s[("delayq_jobs_on_disk", "")] == 4
+    assert s[("delayq_far_segments", "")] >= 1
+    assert s[("delayq_far_segment_bytes", "")] > 0
+    assert s[("delayq_far_segments_loading", "")] == 0
+    assert "# TYPE delayq_far_records_loaded_total counter\n" in text
+    p = subprocess.run([PROMTOOL, "check", "metrics"], input=text.encode(),
+                       capture_output=True, timeout=30)
+    assert p.returncode == 0 and not p.stdout.strip() and not p.stderr.strip(), p
+
+
 def test_blocked_and_connected_clients(server):
     c = server.raw()
     w = HttpConn(server.http_port)

@@ -259,6 +259,25 @@ def test_kick_moves_dead_to_ready_and_resets_attempts(c):
     assert len(got) == 3 and all(j[3] == 1 for j in got)
 
 
+def test_kickjob_moves_one_dead_job(c):
+    for j in ("d1", "d2"):
+        make_dead(c, "t", j)
+    c.call("ADD", "t", "r", "x")
+    c.call("ADD", "t", "later", "x", "DELAY", 60000)
+    assert c.call("KICKJOB", "t", "d2") == 1
+    d = get(c, "t", "d2")
+    assert d["state"] == b"ready" and d["attempts"] == 0
+    assert state(c, "t", "d1") == b"dead"
+    # only a dead job moves; absent ones count 0
+    assert [c.call("KICKJOB", "t", j) for j in ("d2", "r", "later", "nope")] == [0, 0, 0, 0]
+    assert c.call("KICKJOB", "nope", "x") == 0
+    assert [state(c, "t", j) for j in ("r", "later", "d1")] == [b"ready", b"delayed", b"dead"]
+    st = pairs(c.call("STATS", "t"))
+    assert st["kicked"] == 1 and st["jobs_dead"] == 1 and st["jobs_ready"] == 2
+    got = [j[1] for j in reserve(c, "t", count=5)]
+    assert sorted(got) == [b"d2", b"r"]
+
+
 def test_kicked_job_order_matches_its_due(c):
     # "oldest due first": whatever due a kicked job gets, RESERVE must agree with GET
     make_dead(c, "t", "a")

@@ -372,6 +372,10 @@ static void h_kick(struct hreq *r, struct route_args *a) {
     core_kick(core_of(r), a->topic, r->in.count, done_kicked, r);
 }
 
+static void h_kick_job(struct hreq *r, struct route_args *a) {
+    core_kick_job(core_of(r), a->topic, a->id, done_kicked, r);
+}
+
 static void h_purge(struct hreq *r, struct route_args *a) {
     core_purge(core_of(r), a->topic, done_removed, r);
 }
@@ -474,6 +478,8 @@ static const struct route routes[] = {
      "a job failed: retry after {delay?} or its backoff"},
     {EVHTTP_REQ_POST, "/v1/topics/{topic}/jobs/{id}/touch", 0, HJ_TOUCH,
      h_touch, "extend a lease by {ttr?} or the job's own"},
+    {EVHTTP_REQ_POST, "/v1/topics/{topic}/jobs/{id}/kick", 0, HJ_NONE,
+     h_kick_job, "a dead job back to ready, attempts 0"},
     {EVHTTP_REQ_POST, "/v1/topics/{topic}/kick", 0, HJ_KICK, h_kick,
      "move {count?} dead jobs back to ready"},
     {EVHTTP_REQ_DELETE, "/v1/topics/{topic}", 0, HJ_NONE, h_purge,

@@ -374,6 +374,11 @@ static void cmd_kick(struct conn *c, struct resp_arg *argv, size_t argc) {
     core_kick(c->f->core, str_of(&argv[1]), count, done_int, req_new(c));
 }
 
+static void cmd_kickjob(struct conn *c, struct resp_arg *argv, size_t argc) {
+    core_kick_job(c->f->core, str_of(&argv[1]), str_of(&argv[2]), done_int,
+                  req_new(c));
+}
+
 #define LIST_USAGE "LIST topic state [COUNT n] [CURSOR c]"
 
 static void cmd_list(struct conn *c, struct resp_arg *argv, size_t argc) {
@@ -712,6 +717,8 @@ static const struct cmd commands[] = {
      "extend a lease; returns the new deadline"},
     {"KICK", -2, 0, cmd_kick, "KICK topic [COUNT n]",
      "move dead jobs back to ready; returns how many"},
+    {"KICKJOB", 3, CMD_KEYED, cmd_kickjob, "KICKJOB topic id",
+     "move one dead job back to ready; returns 1, or 0 if it is not dead"},
     {"LIST", -3, 0, cmd_list, LIST_USAGE,
      "ids of a topic's jobs in a state, SCAN-style"},
     {"PURGE", 2, 0, cmd_purge, "PURGE topic",

@@ -609,6 +609,23 @@ OPS.release = function(gs, a, rt)
   rt[2] = 1
 end
 
+-- kickjob: id. dead -> ready, attempts 0, due now -> code, 1 or 0
+OPS.kickjob = function(gs, a, rt)
+  local g = gs[1]
+  open(g)
+  local id = ARGV[a]
+  rt[1], rt[2] = OK, 0
+  local r = call('HGET', g.pool, id)
+  if not r or sbyte(r, 1) ~= DEAD then return end
+  cnt(g, 'xdead', call('ZREM', g.dead, id))
+  call('HSET', g.pool, id, spack('<BI', READY, 0) .. ssub(r, 6, 22) .. spack('<d', now) ..
+    ssub(r, 31, 38) .. spack('<d', 0) .. ssub(r, 47))
+  g.rlen = call('RPUSH', g.ready, id)
+  g.rd = true
+  cnt(g, 'kicked', 1)
+  rt[2] = 1
+end
+
 -- kick: count (0 = all); groups in order. dead -> ready, attempts 0
 -- -> code, how many
 OPS.kick = function(gs, a, rt)
@@ -749,13 +766,21 @@ OPS.purge = function(gs, a, rt)
 end
 
 local FIELDS = {'added', 'reserved', 'acked', 'nacked', 'expired', 'dead', 'deleted', 'kicked'}
--- stats -> code, jobs per state, then the counters, summed over the groups
+-- stats -> code, jobs per state, then the counters, summed over the groups,
+-- then the due time of the oldest ready job (0 = none)
 OPS.stats = function(gs, a, rt)
   local s = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+  local oldest = 0 -- due time of the oldest ready job, 0 = none
   for _, g in ipairs(gs) do
     open(g)
     s[1] = s[1] + zcount(g.delay)
     s[2] = s[2] + call('LLEN', g.ready)
+    local head = call('LINDEX', g.ready, 0)
+    local r = head and call('HGET', g.pool, head)
+    if r then
+      local due = select(8, sunpack(HDR, r))
+      if oldest == 0 or due < oldest then oldest = due end
+    end
     s[3] = s[3] + zcount(g.lease)
     s[4] = s[4] + call('ZCARD', g.dead)
     local v = call('HMGET', g.stats, unpack(FIELDS))
@@ -765,6 +790,7 @@ OPS.stats = function(gs, a, rt)
   end
   rt[1] = OK
   for i = 1, 12 do rt[i + 1] = s[i] end
+  rt[14] = oldest
 end
 
 -- carry: bring the groups up to date -> code, jobs held per group

@@ -710,22 +710,12 @@ function jobDetail(j, after) {
     ...bodyView, actions];
 }
 
-/* Kick one dead job: the API's KICK moves the oldest dead jobs of a topic,
- * so one particular job is moved by adding it again in place (REPLACE, no
- * delay): same id, body and limits, attempts reset to 0, ready at once --
- * what KICK does to it. The server refuses the REPLACE if the job was
- * reserved meanwhile. */
+/* Kick one dead job (POST .../jobs/{id}/kick): back to ready, attempts 0. */
 function kickJob(j, after) {
   return dialog('Kick job ' + j.id + '?',
     el('p', {}, 'The job goes back to ready with its attempts reset to 0.'), 'Kick', async () => {
-      const cur = await api('GET', jobPath(j.topic, j.id));
-      if (cur.state !== 'dead') throw new Error('the job is ' + cur.state + ' now, not dead');
-      const add = {id: cur.id, replace: true, ttr: cur.ttr, retries: cur.retries};
-      if (cur.body_base64 !== undefined) add.body_base64 = cur.body_base64; else add.body = cur.body;
-      if (cur.backoff) add.backoff = cur.backoff;
-      if (cur.url) add.url = cur.url;
-      if (cur.url && cur.content_type) add.content_type = cur.content_type;
-      await api('POST', topicPath(j.topic) + '/jobs', add);
+      const r = await api('POST', jobPath(j.topic, j.id) + '/kick', {});
+      if (!r.kicked) throw new Error('the job is not dead (any more)');
       flash('job ' + j.id + ' kicked back to ready', 'info');
       after();
     }, 'primary');
