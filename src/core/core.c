@@ -253,6 +253,7 @@ void core_add(struct core *c, const struct core_add *a, core_cb *cb,
 void core_del(struct core *c, struct dq_str topic, const struct dq_str *ids,
               size_t nids, core_cb *cb, void *pd) {
     if (!check_key(c, topic, ids, nids, cb, pd)) return;
+    for (size_t i = 0; i < nids; i++) core_push_note(c, topic, ids[i], NULL);
     c->ops->del(c->store, topic, ids, nids, call_done,
                 call_new(c, M_DEL, cb, pd));
 }
@@ -329,6 +330,7 @@ void core_list(struct core *c, struct dq_str topic, struct dq_str state,
 
 void core_purge(struct core *c, struct dq_str topic, core_cb *cb, void *pd) {
     if (!check_topic(c, topic, cb, pd)) return;
+    push_notes_drop_topic(c, topic);
     c->ops->purge(c->store, topic, call_done, call_new(c, M_PURGE, cb, pd));
 }
 
@@ -439,6 +441,7 @@ int core_open(struct core **out, const struct core_config *cfg, char *err,
     c->ops = cfg->ops;
     c->metrics = metrics_new(cfg->metrics_max_topics);
     c->waits = wait_table_new();
+    c->notes = push_notes_new();
     struct dq_store_config sc = cfg->store;
     sc.base = cfg->base;
     sc.on_ready = on_ready;
@@ -463,6 +466,7 @@ void core_close(struct core *c) {
     if (c->store) c->ops->close(c->store);
     c->store = NULL;
     wait_table_free(c->waits);
+    push_notes_free(c->notes);
     metrics_free(c->metrics);
     while (c->calls) {
         struct call *k = c->calls;

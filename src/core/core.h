@@ -168,6 +168,23 @@ void core_prefetch(struct core *c, const struct dq_str *keys, size_t n);
 /* Whether the store has prefetch (a front end parses ahead only then). */
 bool core_can_prefetch(const struct core *c);
 
+/* The last failed push attempt of a job (DESIGN §9), kept in memory for
+ * GET and the dashboard; see core/push_note.c. */
+struct core_push_note {
+    int64_t at;        /* unix ms the attempt ended */
+    uint32_t attempt;
+    long status;       /* the receiver's HTTP status; 0 = no answer */
+    char error[128];   /* what went wrong, in words */
+};
+/* The pusher notes a failed attempt (n), or forgets the job's note (n
+ * NULL) after a delivery that succeeded. n is copied. */
+void core_push_note(struct core *c, struct dq_str topic, struct dq_str id,
+                    const struct core_push_note *n);
+/* The job's note, or NULL; valid until the next core call. */
+const struct core_push_note *core_push_note_get(const struct core *c,
+                                                struct dq_str topic,
+                                                struct dq_str id);
+
 /* The metrics table every front end reads (core/metrics.h). */
 struct metrics *core_metrics(struct core *c);
 

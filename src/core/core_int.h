@@ -12,6 +12,7 @@
 #include "core/metrics.h"
 
 struct call;
+struct push_notes;
 struct wait_table;
 
 struct core {
@@ -21,6 +22,7 @@ struct core {
     struct dq_store *store;
     struct metrics *metrics;
     struct wait_table *waits;
+    struct push_notes *notes; /* push_note.c */
     struct call *calls; /* free list */
     unsigned ncalls;
     bool stopping;
@@ -44,6 +46,12 @@ void wait_on_ready(struct core *c, struct dq_str topic, int64_t hint);
 /* Answers every waiting RESERVE with no jobs. */
 void wait_wake_all(struct core *c);
 uint64_t wait_count(const struct core *c);
+
+/* --- push_note.c --- */
+struct push_notes *push_notes_new(void);
+void push_notes_free(struct push_notes *pn);
+/* PURGE: forgets the notes of every job of topic. */
+void push_notes_drop_topic(struct core *c, struct dq_str topic);
 
 /* --- core.c --- */
 /* Records whether the store answered (status not UNAVAILABLE/TIMEOUT). */

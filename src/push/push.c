@@ -295,6 +295,15 @@ static void settled_cb(void *pd, const struct dq_result *res) {
         return;
     }
     bool ok = d->result == CURLE_OK && d->status >= 200 && d->status < 300;
+    if (ok) {
+        core_push_note(p->core, topic_name(d->t), d->id, NULL);
+    } else {
+        struct core_push_note note = {.at = d->end_us / 1000,
+                                      .attempt = d->attempts,
+                                      .status = d->result == CURLE_OK ? d->status : 0};
+        describe(d, note.error, sizeof note.error);
+        core_push_note(p->core, topic_name(d->t), d->id, &note);
+    }
     int outcome = METRICS_PUSH_RETRY;
     if (ok && res->status == DQ_OK) {
         outcome = METRICS_PUSHED;

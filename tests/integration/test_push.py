@@ -4,11 +4,13 @@ receiver on loopback (pushrecv.Receiver) and settles them by the answer.
 Every wait is on a condition (the receiver's requests, the job's state) with a
 deadline; TTRs, backoffs and timeouts are short so the tests stay fast."""
 
+import json
 import os
 import socket
 import subprocess
 import threading
 import time
+import urllib.request
 
 import pytest
 
@@ -138,6 +140,12 @@ def test_2xx_is_acked_with_signed_headers(make_server, recv):
     assert float(i["push_duration_p99_ms"]) > 0
 
 
+def http_job(s, topic, jid):
+    with urllib.request.urlopen("http://127.0.0.1:%d/v1/topics/%s/jobs/%s"
+                                % (s.http_port, topic, jid), timeout=5) as f:
+        return json.load(f)
+
+
 def test_500_backs_off_then_dead_then_kick(make_server, recv):
     rc = recv()
     rc.script = lambda path, req: (500, {})
@@ -157,6 +165,10 @@ def test_500_backs_off_then_dead_then_kick(make_server, recv):
     assert wait_until(lambda: "failed for good" in s.log(), 2)
     lines = [l for l in s.log().splitlines() if "failed for good" in l]
     assert len(lines) == 1 and "127.0.0.1" in lines[0] and "HTTP 500" in lines[0], lines
+    # the job shows its last attempt (HTTP, and so the dashboard)
+    lp = http_job(s, "t", "j")["last_push"]
+    assert lp["status"] == 500 and lp["attempt"] == 3 and "500" in lp["error"]
+    assert abs(lp["at"] - reqs[-1].at * 1000) < 5000
     # no more attempts while dead; KICK delivers it again
     time.sleep(0.3)
     assert len(rc.of("t/j")) == 3
@@ -166,6 +178,9 @@ def test_500_backs_off_then_dead_then_kick(make_server, recv):
     wait_gone(c, "t", "j")
     assert rc.of("t/j")[-1].headers["delayq-attempt"] == "1"
     assert stats(c, "t")["pushed"] == 1
+    # delivered: the note is forgotten (a new job of the same id starts clean)
+    c.call("ADD", "t", "j", "x", "DELAY", 60000, "URL", rc.url())
+    assert "last_push" not in http_job(s, "t", "j")
 
 
 def test_timeout_is_retried_and_capped_by_ttr(make_server, recv):
@@ -226,6 +241,11 @@ def test_connection_refused_retries_then_dead(make_server):
         assert wait_until(lambda: "failed for good" in s.log(), 2)
         line = [l for l in s.log().splitlines() if "failed for good" in l][0]
         assert "127.0.0.1" in line and "connect" in line.lower(), line
+        lp = http_job(s, "t", "j")["last_push"]
+        assert lp["status"] == 0 and "connect" in lp["error"].lower(), lp
+        assert c.call("DEL", "t", "j") == 1  # DEL forgets the note too
+        c.call("ADD", "t", "j", "x", "DELAY", 60000, "URL", "http://127.0.0.1:%d/x" % port)
+        assert "last_push" not in http_job(s, "t", "j")
         assert stats(c, "t")["push_failed"] == 1
     finally:
         sk.close()

@@ -162,6 +162,14 @@ static void done_get(void *pd, const struct dq_result *res) {
                             j->content_type.len
                                 ? jstr(j->content_type)
                                 : json_string(DQ_CTYPE_DEFAULT));
+        const struct core_push_note *n =
+            core_push_note_get(core_of(r), j->topic, j->id);
+        if (n) /* the last attempt failed */
+            json_object_set_new(o, "last_push",
+                                json_pack("{sIsIsIss}", "at", (json_int_t)n->at,
+                                          "attempt", (json_int_t)n->attempt,
+                                          "status", (json_int_t)n->status,
+                                          "error", n->error));
     }
     hreq_json(r, 200, o);
 }

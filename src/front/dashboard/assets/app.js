@@ -662,7 +662,7 @@ function jobDetail(j, after) {
   const rows = [];
   const time = (ms) => el('span', {}, fmtTime(ms) + ' ', el('span', {class: 'muted'}, '(' + fmtRelative(ms, now) + ')'));
   const known = new Set(['topic', 'id', 'state', 'body', 'body_base64', 'due', 'deadline', 'created',
-    'ttr', 'retries', 'attempts', 'url', 'content_type', 'push_status', 'last_push']);
+    'ttr', 'retries', 'attempts', 'url', 'content_type', 'last_push']);
   rows.push(['id', el('span', {class: 'mono'}, j.id)]);
   rows.push(['state', el('span', {class: 's-' + j.state, id: 'job-state'}, j.state)]);
   rows.push(['due', time(j.due)]);
@@ -672,8 +672,11 @@ function jobDetail(j, after) {
   rows.push(['ttr', fmtDuration(j.ttr) + ' (' + fmtInt(j.ttr) + ' ms)']);
   if (j.url) rows.push(['push URL', el('span', {class: 'mono'}, j.url)]);
   if (j.content_type) rows.push(['content type', el('span', {class: 'mono'}, j.content_type)]);
-  const ps = j.push_status !== undefined ? j.push_status : j.last_push;
-  if (ps !== undefined && ps !== null) rows.push(['last push', typeof ps === 'object' ? JSON.stringify(ps) : String(ps)]);
+  if (j.last_push) /* the server keeps the last attempt only when it failed */
+    rows.push(['last push', el('span', {id: 'job-last-push'},
+      (j.last_push.status ? 'HTTP ' + j.last_push.status : 'no answer') + ': ' + j.last_push.error +
+      ' (attempt ' + j.last_push.attempt + ') ', time(j.last_push.at))]);
+  else if (j.url) rows.push(['last push', el('span', {class: 'muted', id: 'job-last-push'}, 'no failed attempt')]);
   for (const [k, v] of Object.entries(j))
     if (!known.has(k)) rows.push([k, typeof v === 'object' ? JSON.stringify(v) : String(v)]);
 
