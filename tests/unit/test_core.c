@@ -17,6 +17,8 @@
 
 #include <cmocka.h>
 
+#include "tmpdir.h"
+
 #include "core/core.h"
 #include "core/metrics.h"
 #include "lib/clock.h"
@@ -30,20 +32,6 @@ struct fixture {
     struct event_base *base;
     struct core *core;
 };
-
-static void rm_rf(const char *d) {
-    DIR *dd = opendir(d);
-    if (!dd) return;
-    struct dirent *de;
-    char p[512];
-    while ((de = readdir(dd))) {
-        if (de->d_name[0] == '.') continue;
-        snprintf(p, sizeof p, "%s/%s", d, de->d_name);
-        unlink(p);
-    }
-    closedir(dd);
-    rmdir(d);
-}
 
 static int setup(void **state) {
     struct fixture *fx = calloc(1, sizeof *fx);

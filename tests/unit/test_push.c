@@ -15,6 +15,8 @@
 
 #include <cmocka.h>
 
+#include "tmpdir.h"
+
 #include "engine/engine.h"
 #include "lib/buf.h"
 #include "lib/url.h"
@@ -150,20 +152,6 @@ static void test_engine_push_queue(void **state) {
 /* --- the log ---------------------------------------------------------------- */
 
 static char dir[256];
-
-static void rm_rf(const char *d) {
-    DIR *dd = opendir(d);
-    if (!dd) return;
-    struct dirent *de;
-    char p[512];
-    while ((de = readdir(dd))) {
-        if (de->d_name[0] == '.') continue;
-        snprintf(p, sizeof p, "%s/%s", d, de->d_name);
-        unlink(p);
-    }
-    closedir(dd);
-    rmdir(d);
-}
 
 static int setup(void **state) {
     snprintf(dir, sizeof dir, "/tmp/test_push.XXXXXX");

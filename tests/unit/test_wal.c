@@ -16,6 +16,8 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+
+#include "tmpdir.h"
 #include "lib/crc32c.h"
 
 #include "engine/engine.h"
@@ -32,20 +34,6 @@ static struct dq_str S(const char *s) { return (struct dq_str){s, strlen(s)}; }
 /* --- a temporary data directory --------------------------------------------- */
 
 static char dir[256];
-
-static void rm_rf(const char *d) {
-    DIR *dd = opendir(d);
-    if (!dd) return;
-    struct dirent *de;
-    char p[512];
-    while ((de = readdir(dd))) {
-        if (de->d_name[0] == '.') continue;
-        snprintf(p, sizeof p, "%s/%s", d, de->d_name);
-        unlink(p);
-    }
-    closedir(dd);
-    rmdir(d);
-}
 
 static int setup(void **state) {
     snprintf(dir, sizeof dir, "/tmp/test_wal.XXXXXX");

@@ -418,19 +418,18 @@ static void cmd_purge(struct conn *c, struct resp_arg *argv, size_t argc) {
 }
 
 static void cmd_stats(struct conn *c, struct resp_arg *argv, size_t argc) {
-    struct dq_str t = {"", 0};
-    if (argc == 2) {
-        t = str_of(&argv[1]);
-        if (t.len == 0) t.p = ""; /* an empty topic is invalid, not "all" */
-    } else if (argc > 2) {
+    if (argc > 2) {
         syntax_error(c, &argv[2], "STATS [topic]");
         return;
     }
-    if (argc == 2 && t.len == 0) {
+    /* the core reads an empty topic as "all topics": one given empty is an
+     * invalid topic here */
+    if (argc == 2 && argv[1].len == 0) {
         err_reply(c, "ERR", "invalid topic '': expected 1-%d characters of "
                             "[A-Za-z0-9._:-]", DQ_TOPIC_MAX);
         return;
     }
+    struct dq_str t = argc == 2 ? str_of(&argv[1]) : (struct dq_str){"", 0};
     core_stats(c->f->core, t, done_stats, req_new(c));
 }
 
