@@ -17,6 +17,7 @@
 
 #include "core/metrics.h"
 #include "front/http/http_int.h"
+#include "lib/listen.h"
 #include "lib/clock.h"
 #include "lib/log.h"
 #include "lib/xalloc.h"
@@ -279,23 +280,11 @@ struct http_front *http_front_new(struct event_base *base, struct core *core,
     evhttp_set_gencb(f->http, request_cb, f);
     /* Our own listener: evhttp's own has a backlog of 128, and a burst
      * of connections past it waits out the SYN retry (a second). */
-    struct sockaddr_storage ss;
-    int sslen = sizeof ss;
     char addr[300];
-    snprintf(addr, sizeof addr, strchr(cfg->bind, ':') ? "[%s]:%d" : "%s:%d",
-             cfg->bind, cfg->port);
-    if (evutil_parse_sockaddr_port(addr, (struct sockaddr *)&ss, &sslen)) {
-        snprintf(err, errlen, "invalid --bind address '%s'", cfg->bind);
-        http_front_free(f);
-        return NULL;
-    }
-    struct evconnlistener *l = evconnlistener_new_bind(
-        base, NULL, NULL,
-        LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC, 511,
-        (struct sockaddr *)&ss, sslen);
+    struct evconnlistener *l = listen_tcp(base, cfg->bind, cfg->port, NULL,
+                                          NULL, "HTTP", addr, sizeof addr, err,
+                                          errlen);
     if (!l) {
-        snprintf(err, errlen, "cannot listen on %s (HTTP): %s", addr,
-                 strerror(errno));
         http_front_free(f);
         return NULL;
     }

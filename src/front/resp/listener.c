@@ -11,6 +11,7 @@
 
 #include "front/resp/resp_int.h"
 #include "lib/clock.h"
+#include "lib/listen.h"
 #include "lib/log.h"
 #include "lib/xalloc.h"
 
@@ -55,22 +56,10 @@ struct resp_front *resp_front_new(struct event_base *base, struct core *core,
     f->argv = xcalloc(f->limits.max_args, sizeof *f->argv);
     f->flush_ev = event_new(base, -1, 0, flush_cb, f);
 
-    struct sockaddr_storage ss;
-    int sslen = sizeof ss;
     char addr[300];
-    snprintf(addr, sizeof addr, strchr(cfg->bind, ':') ? "[%s]:%d" : "%s:%d",
-             cfg->bind, cfg->port);
-    if (evutil_parse_sockaddr_port(addr, (struct sockaddr *)&ss, &sslen)) {
-        snprintf(err, errlen, "invalid --bind address '%s'", cfg->bind);
-        resp_front_free(f);
-        return NULL;
-    }
-    f->listener = evconnlistener_new_bind(
-        base, accept_cb, f,
-        LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC, 511,
-        (struct sockaddr *)&ss, sslen);
+    f->listener = listen_tcp(base, cfg->bind, cfg->port, accept_cb, f, "RESP",
+                             addr, sizeof addr, err, errlen);
     if (!f->listener) {
-        snprintf(err, errlen, "cannot listen on %s: %s", addr, strerror(errno));
         resp_front_free(f);
         return NULL;
     }
