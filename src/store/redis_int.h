@@ -39,8 +39,8 @@
 #include "store/redis_url.h"
 #include "store/store.h"
 
-#define NKEYS 6                  /* keys per group */
-#define REC_HDR 54               /* record header: see lua/delayq.lua */
+#define NKEYS 7                  /* keys per group */
+#define REC_HDR 54               /* record header and ord: see redis_rec.c */
 #define CALL_TIMEOUT_US 1800000  /* every request answers within 2 s */
 #define MAX_CALL_REQS 128        /* requests per script call */
 #define MAX_CALL_BYTES (1 << 20) /* argument bytes per script call */
@@ -53,7 +53,7 @@
 enum op {
     OP_ADD, OP_DEL, OP_ACK, OP_GET, OP_RESERVE, OP_NACK, OP_TOUCH,
     OP_RELEASE, OP_KICK, OP_LIST, OP_PURGE, OP_STATS, OP_TOPICS, OP_CARRY,
-    OP_KICKJOB,
+    OP_KICKJOB, OP_RESERVE_PUSH,
 };
 
 /* The script's name for each op, and whether its units run one after the
@@ -71,7 +71,7 @@ extern const struct rs_opinfo OPS[]; /* indexed by enum op (redis.c) */
  * blocked RESERVE, which keeps waiting on UNAVAILABLE) can simply go on. */
 static inline bool op_writes(enum op op) {
     return op != OP_GET && op != OP_LIST && op != OP_STATS && op != OP_TOPICS &&
-           op != OP_CARRY && op != OP_RESERVE;
+           op != OP_CARRY && op != OP_RESERVE && op != OP_RESERVE_PUSH;
 }
 
 /* Script result codes. */
@@ -116,6 +116,7 @@ struct unit {
 
 struct rjob { /* a result job; strings are offsets in the request's arena */
     size_t topic, tlen, id, ilen, body, blen;
+    size_t url, ulen, ct, clen; /* push jobs; ulen 0 = none */
     struct dq_job j;
 };
 
@@ -129,7 +130,7 @@ struct rreq {
     /* inputs, owned */
     char *mem;
     struct dq_str topic;
-    struct dq_str *topics;  /* reserve */
+    struct dq_str *topics;  /* reserve, reserve_push */
     size_t ntopics;
     struct dq_str *ids;     /* del/ack; ids[0] for one-id ops */
     size_t nids;
@@ -296,6 +297,40 @@ void rs_add_retry(struct rreq *rq);
 /* Redis became usable (rcli on_up): configure the store, or resync. */
 void rs_on_up(void *ud);
 
+/* --- redis_rec.c: the job record ------------------------------------------
+ *
+ * The pool hash's value: a header packed little-endian -- state (u8, enum
+ * dq_state), attempts ttr retries (u32), backoff kind (u8), base max (u32),
+ * due created deadline (doubles, ms) -- then ord (8 bytes big-endian; the
+ * delay zset's member is ord then the id); for a push job (REC_PUSH set in
+ * ord's first byte) the URL's length (u16 LE), the content type's length
+ * (u8), the URL and the content type; then the body. Records of jobs
+ * without a URL are as before push delivery. */
+#define REC_ORD 46                /* offset of ord */
+#define REC_PUSH 0x80             /* in ord's first byte: a push job */
+#define REC_PUSH_EXT 3            /* the two lengths */
+#define REC_ORD_EPOCH 1704067200000LL /* ord counts ms from 2024 (the top
+                                     bit stays free until 2093) */
+
+/* Where a record's strings are (offsets in the record; lengths 0 = none). */
+struct rec_view {
+    size_t body, blen, url, ulen, ct, clen;
+};
+
+/* The ord of the seq-th add made in millisecond ms: adds due in the same
+ * millisecond are carried in this order. Never has REC_PUSH set. */
+uint64_t rs_rec_ord(int64_t ms, uint64_t seq);
+/* The record's length for an ADD. */
+size_t rs_rec_size(const struct dq_add *a);
+/* Writes a's record (rs_rec_size bytes): ready if due by now, else delayed;
+ * attempts 0, created now; ord with REC_PUSH if a has a URL. */
+void rs_rec_write(unsigned char *out, const struct dq_add *a, int64_t now,
+                  uint64_t ord);
+/* Reads a record: its numbers into j (strings untouched), where its
+ * strings are into v. Returns 0, or -1 if it is malformed. */
+int rs_rec_read(const unsigned char *rec, size_t len, struct dq_job *j,
+                struct rec_view *v);
+
 /* --- redis_plan.c: planning, arguments, script calls ---------------------- */
 
 /* Builds the plan of a request: its groups (shards) and units. Returns 0,
@@ -349,7 +384,7 @@ void rs_sweep_cb(evutil_socket_t fd, short what, void *arg);
 void rs_sweep_now(struct dq_store *s);
 /* A wake message from another instance (rcli on_message). */
 void rs_on_message(void *ud, const char *msg, size_t len);
-/* on_ready for every known topic. */
+/* on_ready and on_push_ready for every known topic. */
 void rs_on_ready_all(struct dq_store *s);
 
 #endif

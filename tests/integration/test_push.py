@@ -19,8 +19,6 @@ from pushrecv import Receiver, verify
 
 SECRETS = ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "old-secret-being-rotated-out"]
 
-pytestmark = pytest.mark.stores("embedded")
-
 
 @pytest.fixture
 def recv():
@@ -89,12 +87,6 @@ def test_add_url_is_checked_and_shown(make_server):
     c = s.raw()
     assert state_of(c, "t", "j")["url"] == b"https://API.example.com/a?b=c"
     assert state_of(c, "t", "k")["url"] == b"http://127.0.0.1:1/"
-
-
-@pytest.mark.stores("redis")
-def test_redis_store_refuses_urls_clearly(make_server):
-    c = make_server().raw()
-    assert_err(c.call("ADD", "t", "j", "b", "URL", "http://127.0.0.1/"), "ERR", "url", "redis")
 
 
 # --- outcomes -----------------------------------------------------------------
@@ -449,6 +441,7 @@ def test_http_add_with_url(make_server, recv):
     assert pairs(h.call("STATS", "t"))["pushed"] == 1
 
 
+@pytest.mark.stores("embedded")
 def test_far_push_job_keeps_its_url(make_server, recv):
     """A push job due beyond --memory-horizon waits in a far segment (the tiered
     store) and comes back with its URL and content type."""

@@ -3,7 +3,8 @@
 -- One call runs a batch of requests against a set of shard groups; each
 -- request is one transition and all of them run in this one atomic script.
 --
--- KEYS: 6 per group: pool ready delay lease dead stats (one hash tag each).
+-- KEYS: 7 per group: pool ready delay lease dead stats pready (one hash tag
+-- each).
 -- ARGV: now inst chan G, G x (topic shard carry), R, then R requests:
 --       op ngroups gidx... nargs args...
 --       carry '1': the caller knows of jobs due by now in the group; with
@@ -11,7 +12,9 @@
 -- Returns {results, info}: results is flat, per request a count then that
 -- many values; info holds per group the next due time (>= 0, or -1: none),
 -- or -2 (no change known), or -3 - t ("t or earlier": jobs were queued for
--- time t), and the ready list's length if jobs became ready (else -1).
+-- time t), the ready list's length if jobs became ready (else -1), and the
+-- push ready list's length if push jobs became ready or wait there after a
+-- carry (else -1).
 --
 -- pool:  id -> record: struct '<BIIIBIIddd' (state attempts ttr retries
 --        bkind bbase bmax due created deadline), 8 bytes of ord (big
@@ -22,7 +25,8 @@
 -- delay: zset, member = ord .. id, score = due time, so jobs due in the
 --        same millisecond come out in the order they were added.
 -- ready: list of ids.  lease: zset id -> lease end.  dead: zset id -> time
--- of death.  stats: hash of counters.
+-- of death.  stats: hash of counters.  pready: list of ids of ready push
+-- jobs (see "push jobs" below).
 -- The delay and lease zsets hold a sentinel at +inf whose long member keeps
 -- them in Redis's skiplist encoding: in the compact encoding every insert
 -- and remove scans the set, and a lease set typically holds just the tens
@@ -55,6 +59,26 @@ local function cnt(g, f, n)
   if n ~= 0 then g.c[f] = (g.c[f] or 0) + n end
 end
 
+-- --- push jobs (docs/push.md) -----------------------------------------------
+-- A job added with a URL has the top bit of its ord set, in its record and so
+-- in its delay member, and its URL and content type after the ord (read by
+-- the server only). Wherever a job becomes ready, a push job goes to the
+-- group's pready list instead of ready: RESERVE never sees it, reserve_push
+-- (OPS.preserve) pops it. g.pd says push jobs became ready in this call,
+-- g.pw that the caller wants pready's length anyway (a carry: the sweep
+-- wakes the pushers of topics whose push jobs wait), g.plen its length.
+local function precord(r) return sbyte(r, 47) >= 128 end
+local function pmember(m) return sbyte(m, 1) >= 128 end
+
+-- one job made ready, with cmd ('RPUSH', or 'LPUSH' for the head)
+local function ready1(g, cmd, id, r)
+  if precord(r) then
+    g.plen = call(cmd, g.pready, id); g.pd = true
+  else
+    g.rlen = call(cmd, g.ready, id); g.rd = true
+  end
+end
+
 -- Every command whose arguments come from a list goes through callv or
 -- hmget: Lua's unpack puts the list on the C stack, which holds about 8,000
 -- values ("too many results to unpack"), so lists go in chunks of CHUNK (an
@@ -80,6 +104,12 @@ local function hmget(key, ids)
     for j = 1, #part do out[i + j - 1] = part[j] end
   end
   return out
+end
+
+-- ids made ready, in order: plain ones to ready, push ones to pready
+local function readyv(g, plain, push)
+  if #plain > 0 then g.rlen = callv('RPUSH', g.ready, plain); g.rd = true end
+  if #push > 0 then g.plen = callv('RPUSH', g.pready, push); g.pd = true end
 end
 
 -- the delay zset's member for a record and id
@@ -110,12 +140,15 @@ end
 -- due delayed jobs -> ready (their records are not touched); ended leases
 -- -> ready (attempts <= retries) or dead; both in time order
 local function carry(g)
-  local push = {}
+  local push, pj = {}, {} -- plain and push ids, in time order
   local e = call('ZRANGEBYSCORE', g.lease, '-inf', nows, 'WITHSCORES', 'LIMIT', 0, CHUNK)
   local m
   if #e == 0 then
     m = call('ZRANGEBYSCORE', g.delay, '-inf', nows, 'LIMIT', 0, DCHUNK)
-    for i = 1, #m do push[i] = ssub(m[i], 9) end
+    for i = 1, #m do
+      local x = m[i]
+      if pmember(x) then pj[#pj + 1] = ssub(x, 9) else push[#push + 1] = ssub(x, 9) end
+    end
   else -- times are needed to merge with the ended leases
     m = call('ZRANGEBYSCORE', g.delay, '-inf', nows, 'WITHSCORES', 'LIMIT', 0, DCHUNK)
   end
@@ -131,7 +164,7 @@ local function carry(g)
     local ids = {}
     for i = 1, #e, 2 do ids[#ids + 1] = e[i] end
     local recs = hmget(g.pool, ids)
-    local hs, dz, back, btime = {}, {}, {}, {}
+    local hs, dz, back, btime, bpush = {}, {}, {}, {}, {}
     local nexp, ndead = 0, 0
     for i = 1, #ids do
       local r, id, t = recs[i], ids[i], tonumber(e[2 * i])
@@ -141,6 +174,7 @@ local function carry(g)
         if sunpack('<I', r, 2) <= sunpack('<I', r, 10) then
           back[#back + 1] = id
           btime[#btime + 1] = t
+          bpush[#back] = precord(r)
           hs[#hs + 1] = spack('<B', READY) .. ssub(r, 2, 22) .. spack('<d', t) ..
             ssub(r, 31, 38) .. spack('<d', 0) .. ssub(r, 47)
         else
@@ -159,17 +193,17 @@ local function carry(g)
     local i, j = 1, 1
     while i <= nm or j <= #back do
       if j > #back or (i <= nm and tonumber(m[i + 1]) <= btime[j]) then
-        push[#push + 1] = ssub(m[i], 9); i = i + 2
+        local x = m[i]
+        if pmember(x) then pj[#pj + 1] = ssub(x, 9) else push[#push + 1] = ssub(x, 9) end
+        i = i + 2
       else
-        push[#push + 1] = back[j]; j = j + 1
+        if bpush[j] then pj[#pj + 1] = back[j] else push[#push + 1] = back[j] end
+        j = j + 1
       end
     end
   end
   if nm > 0 or #e > 0 then g.moved = true end
-  if #push > 0 then
-    g.rlen = callv('RPUSH', g.ready, push)
-    g.rd = true
-  end
+  readyv(g, push, pj)
 end
 
 local function bring(g)
@@ -200,8 +234,13 @@ local function unlink(g, id, r)
   elseif st == DEAD then
     cnt(g, 'xdead', call('ZREM', g.dead, id))
   elseif st == READY or call('ZREM', g.delay, dmember(r, id)) == 0 then
-    cnt(g, 'xready', call('LREM', g.ready, 1, id))
-    g.rlen = nil
+    if precord(r) then
+      cnt(g, 'xready', call('LREM', g.pready, 1, id))
+      g.plen = nil
+    else
+      cnt(g, 'xready', call('LREM', g.ready, 1, id))
+      g.rlen = nil
+    end
   else
     cnt(g, 'xdelay', 1)
   end
@@ -222,10 +261,10 @@ local function run_add(g, q)
   local ids = {}
   for i = 1, #q do ids[i] = q[i][1] end
   local ex = hmget(g.pool, ids)
-  local hs, pr, pz, seen = {}, {}, {}, {}
+  local hs, pr, pp, pz, seen = {}, {}, {}, {}, {}
   local function write()
     if #hs > 0 then callv('HSET', g.pool, hs); hs = {} end
-    if #pr > 0 then g.rlen = callv('RPUSH', g.ready, pr); pr = {}; g.rd = true end
+    if #pr > 0 or #pp > 0 then readyv(g, pr, pp); pr = {}; pp = {} end
     if #pz > 0 then callv('ZADD', g.delay, pz); pz = {} end
   end
   local added = 0
@@ -253,7 +292,7 @@ local function run_add(g, q)
       hs[nh + 1] = id
       hs[nh + 2] = rec
       if sbyte(rec, 1) == READY then
-        pr[#pr + 1] = id
+        if precord(rec) then pp[#pp + 1] = id else pr[#pr + 1] = id end
       else
         local nz = #pz
         pz[nz + 1] = it[3]
@@ -436,12 +475,19 @@ local function finish(g)
     rl = g.rlen or call('LLEN', g.ready)
     if rl == 0 then g.rd = false; rl = -1 end
   end
-  local newhead = g.mi and (g.h0 < 0 or g.mi < g.h0)
-  if g.rd or newhead then
-    call('PUBLISH', chan, inst .. ' ' .. g.shard .. ' ' ..
-      (newhead and fmt('%d', g.mi) or '-1') .. ' ' .. (g.rd and '1' or '0') .. ' ' .. g.topic)
+  local pl = -1
+  if g.pd or g.pw then
+    pl = g.plen or call('LLEN', g.pready)
+    if pl == 0 then g.pd = false; pl = -1 end
   end
-  return nx, rl
+  local newhead = g.mi and (g.h0 < 0 or g.mi < g.h0)
+  if g.rd or g.pd or newhead then
+    -- the ready field: 1 jobs became ready, 2 push jobs did, 3 both
+    call('PUBLISH', chan, inst .. ' ' .. g.shard .. ' ' ..
+      (newhead and fmt('%d', g.mi) or '-1') .. ' ' ..
+      ((g.rd and 1 or 0) + (g.pd and 2 or 0)) .. ' ' .. g.topic)
+  end
+  return nx, rl, pl
 end
 
 -- --- the requests: OPS[op](groups, first arg index, result table) --------
@@ -547,7 +593,33 @@ OPS.reserve = function(gs, a, rt)
   end
 end
 
--- nack: id delay (< 0 = the job's backoff) -> code, new state
+-- preserve (reserve_push): count; groups in order -> as reserve, from the
+-- push ready lists (the records carry the URL and content type)
+OPS.preserve = function(gs, a, rt)
+  local need = tonumber(ARGV[a])
+  rt[1] = OK
+  for gi, g in ipairs(gs) do
+    if need <= 0 then break end
+    open(g, true)
+    if call('LLEN', g.pready) < need then bring(g) end
+    local ids = call('LPOP', g.pready, need)
+    g.plen = nil
+    if ids then
+      cnt(g, 'xready', #ids)
+      local jobs = {}
+      local k = take(g, ids, jobs)
+      for j = 1, k do
+        local x = #rt
+        rt[x + 1] = gi
+        rt[x + 2] = jobs[j][1]
+        rt[x + 3] = jobs[j][2]
+      end
+      need = need - k
+    end
+  end
+end
+
+-- nack: id delay (< 0 = the job's backoff; -2 dead at once) -> code, new state
 OPS.nack = function(gs, a, rt)
   local g = gs[1]
   open(g)
@@ -557,12 +629,12 @@ OPS.nack = function(gs, a, rt)
   local st, att, ttr, ret, bk, bb, bm, due, cr = sunpack(HDR, r)
   cnt(g, 'xlease', call('ZREM', g.lease, id))
   cnt(g, 'nacked', 1)
-  if att <= ret then
-    local d = tonumber(ARGV[a + 1])
+  local d = tonumber(ARGV[a + 1])
+  if att <= ret and d ~= -2 then -- -2: dead at once (a push answered 410)
     if d < 0 then d = backoff(bk, bb, bm, att) end
     due = now + d
     if d <= 0 then
-      st = READY; g.rlen = call('RPUSH', g.ready, id); g.rd = true
+      st = READY; ready1(g, 'RPUSH', id, r)
     else
       insert(g, due, 'd')
       st = DELAYED; call('ZADD', g.delay, fmt('%d', due), dmember(r, id))
@@ -603,8 +675,7 @@ OPS.release = function(gs, a, rt)
   if att > 0 then att = att - 1 end
   cnt(g, 'xlease', call('ZREM', g.lease, id))
   call('HSET', g.pool, id, spack('<BI', READY, att) .. ssub(r, 6, 38) .. spack('<d', 0) .. ssub(r, 47))
-  g.rlen = call('LPUSH', g.ready, id)
-  g.rd = true
+  ready1(g, 'LPUSH', id, r)
   cnt(g, 'reserved', -1)
   rt[2] = 1
 end
@@ -620,8 +691,7 @@ OPS.kickjob = function(gs, a, rt)
   cnt(g, 'xdead', call('ZREM', g.dead, id))
   call('HSET', g.pool, id, spack('<BI', READY, 0) .. ssub(r, 6, 22) .. spack('<d', now) ..
     ssub(r, 31, 38) .. spack('<d', 0) .. ssub(r, 47))
-  g.rlen = call('RPUSH', g.ready, id)
-  g.rd = true
+  ready1(g, 'RPUSH', id, r)
   cnt(g, 'kicked', 1)
   rt[2] = 1
 end
@@ -641,25 +711,24 @@ OPS.kick = function(gs, a, rt)
       local ids = call('ZRANGE', g.dead, 0, take - 1)
       if #ids == 0 then break end
       local recs = hmget(g.pool, ids)
-      local hs, push = {}, {}
+      local hs, push, pj = {}, {}, {}
       for i = 1, #ids do
         local r = recs[i]
         if r then
           hs[#hs + 1] = ids[i]
           hs[#hs + 1] = spack('<BI', READY, 0) .. ssub(r, 6, 22) .. spack('<d', now) ..
             ssub(r, 31, 38) .. spack('<d', 0) .. ssub(r, 47)
-          push[#push + 1] = ids[i]
+          if precord(r) then pj[#pj + 1] = ids[i] else push[#push + 1] = ids[i] end
         end
       end
       call('ZREMRANGEBYRANK', g.dead, 0, #ids - 1)
       cnt(g, 'xdead', #ids)
-      if #push > 0 then
+      if #hs > 0 then
         callv('HSET', g.pool, hs)
-        g.rlen = callv('RPUSH', g.ready, push)
-        g.rd = true
+        readyv(g, push, pj)
       end
-      cnt(g, 'kicked', #push)
-      total = total + #push
+      cnt(g, 'kicked', #push + #pj)
+      total = total + #push + #pj
       if need > 0 then need = need - #ids end
       if #ids < take then break end
     end
@@ -683,18 +752,37 @@ end
 -- Either way a job that stays in the state for the whole scan is listed,
 -- and each page costs O(log n + COUNT) whatever the set's size.
 local XF = {[DELAYED] = 'xdelay', [READY] = 'xready', [RESERVED] = 'xlease', [DEAD] = 'xdead'}
+
+-- The ready state is two lists, ready then pready (push jobs), paged as one:
+-- n ids from position i of the two (n < 0: all of them). Removals from
+-- either count in xready.
+local function readyrange(g, i, n)
+  if n < 0 then
+    local out = call('LRANGE', g.ready, 0, -1)
+    for _, x in ipairs(call('LRANGE', g.pready, 0, -1)) do out[#out + 1] = x end
+    return out
+  end
+  local a = call('LLEN', g.ready)
+  local out = {}
+  if i < a then out = call('LRANGE', g.ready, i, math.min(a - 1, i + n - 1)) end
+  if i + n > a then
+    local from = i > a and i - a or 0
+    for _, x in ipairs(call('LRANGE', g.pready, from, i + n - 1 - a)) do out[#out + 1] = x end
+  end
+  return out
+end
 local function listpage(g, st, mode, cur, n, out)
   local key, size, skip = g.dead, 0, 1
   if st == READY then
     key = g.ready
-    size = call('LLEN', key)
+    size = call('LLEN', key) + call('LLEN', g.pready)
   else
     if st == DELAYED then key = g.delay; skip = 9 elseif st == RESERVED then key = g.lease end
     size = zcount(key)
   end
   if mode == '1' or (cur == '0' and size <= 512) then
     local all
-    if st == READY then all = call('LRANGE', key, 0, -1) else all = call('ZRANGE', key, 0, -1) end
+    if st == READY then all = readyrange(g, 0, -1) else all = call('ZRANGE', key, 0, -1) end
     local lo, items = tonumber(cur), {}
     for _, m in ipairs(all) do
       if m ~= LSENT and m ~= DSENT then
@@ -722,7 +810,7 @@ local function listpage(g, st, mode, cur, n, out)
   end
   local items
   if st == READY then
-    items = call('LRANGE', key, i, i + n - 1)
+    items = readyrange(g, i, n)
   else
     items = call('ZRANGE', key, i, i + n - 1)
   end
@@ -757,8 +845,9 @@ OPS.purge = function(gs, a, rt)
     if not g.o then g.o = true; g.carried = true; g.c = {} end
     g.exact = true
     g.rlen = nil
+    g.plen = nil
     local n = call('HLEN', g.pool)
-    call('UNLINK', g.pool, g.ready, g.delay, g.lease, g.dead)
+    call('UNLINK', g.pool, g.ready, g.delay, g.lease, g.dead, g.pready)
     cnt(g, 'deleted', n)
     total = total + n
   end
@@ -774,7 +863,7 @@ OPS.stats = function(gs, a, rt)
   for _, g in ipairs(gs) do
     open(g)
     s[1] = s[1] + zcount(g.delay)
-    s[2] = s[2] + call('LLEN', g.ready)
+    s[2] = s[2] + call('LLEN', g.ready) + call('LLEN', g.pready)
     local head = call('LINDEX', g.ready, 0)
     local r = head and call('HGET', g.pool, head)
     if r then
@@ -799,6 +888,7 @@ OPS.carry = function(gs, a, rt)
   for i, g in ipairs(gs) do
     open(g)
     g.exact = true
+    g.pw = true
     rt[i + 1] = call('HLEN', g.pool)
   end
 end
@@ -809,9 +899,9 @@ local G = tonumber(ARGV[4])
 local groups = {}
 local p = 5
 for i = 1, G do
-  local b = (i - 1) * 6
+  local b = (i - 1) * 7
   groups[i] = {pool = KEYS[b + 1], ready = KEYS[b + 2], delay = KEYS[b + 3],
-    lease = KEYS[b + 4], dead = KEYS[b + 5], stats = KEYS[b + 6],
+    lease = KEYS[b + 4], dead = KEYS[b + 5], stats = KEYS[b + 6], pready = KEYS[b + 7],
     topic = ARGV[p], shard = ARGV[p + 1], cf = ARGV[p + 2], qa = {}, qr = {}, qd = {}}
   p = p + 3
 end
@@ -840,12 +930,14 @@ local info = {}
 for i = 1, G do
   local g = groups[i]
   if g.o then
-    local nx, rl = finish(g)
-    info[2 * i - 1] = nx
-    info[2 * i] = rl
+    local nx, rl, pl = finish(g)
+    info[3 * i - 2] = nx
+    info[3 * i - 1] = rl
+    info[3 * i] = pl
   else
-    info[2 * i - 1] = -2
-    info[2 * i] = -1
+    info[3 * i - 2] = -2
+    info[3 * i - 1] = -1
+    info[3 * i] = -1
   end
 end
 local res, n = {}, 0
