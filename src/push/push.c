@@ -62,6 +62,7 @@ struct secret {
 
 struct delivery {
     struct delivery *prev, *next; /* the pusher's list of deliveries */
+    struct delivery *dnext;       /* on the queue of finished transfers */
     struct pusher *p;             /* NULL once the pusher is gone */
     struct ptopic *t;
     CURL *easy;
@@ -94,6 +95,7 @@ struct pusher {
     size_t nidle;
     uint64_t inflight;     /* deliveries not yet ended */
     struct delivery *all;  /* every delivery not yet ended */
+    struct delivery *done_head, *done_tail; /* finished transfers to settle */
     bool stopping;
 };
 
@@ -363,25 +365,44 @@ static void settle(struct delivery *d) {
 
 /* --- curl on the loop ------------------------------------------------------ */
 
-/* Settles the transfers curl has finished, SETTLE_SLICE at a time: when
- * thousands end together (the timeouts of a receiver that never answers),
- * the rest wait for the next turn of the loop (p->settle), so that clients
- * are served in between. */
+/* Takes the transfers curl has finished and settles them, SETTLE_SLICE at
+ * a time: when thousands end together (the timeouts of a receiver that
+ * never answers), the rest wait for the next turn of the loop (p->settle),
+ * so that clients are served in between.
+ *
+ * Every message is read before any handle is removed: libcurl 7.88's
+ * curl_multi_remove_handle walks the messages not yet read, looking for
+ * the handle's own, so removing each handle as its message was read cost
+ * O(n^2) when n transfers ended together (a 255 ms stall of the loop with
+ * 3,191 timing out at once; docs/benchmarks.md). */
 static void check_done(struct pusher *p) {
     CURLMsg *m;
-    int left = 0, n = 0;
-    while (n < SETTLE_SLICE && (m = curl_multi_info_read(p->multi, &left))) {
-        n++;
+    int left;
+    struct delivery *first = NULL, *last = NULL;
+    while ((m = curl_multi_info_read(p->multi, &left))) {
         if (m->msg != CURLMSG_DONE) continue;
-        CURL *e = m->easy_handle;
-        CURLcode rc = m->data.result;
         struct delivery *d = NULL;
-        curl_easy_getinfo(e, CURLINFO_PRIVATE, (char **)&d);
-        curl_multi_remove_handle(p->multi, e);
-        d->result = rc;
+        curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&d);
+        d->result = m->data.result;
+        d->dnext = NULL;
+        if (last) last->dnext = d;
+        else first = d;
+        last = d;
+    }
+    for (struct delivery *d = first; d; d = d->dnext)
+        curl_multi_remove_handle(p->multi, d->easy);
+    if (first) {
+        if (p->done_tail) p->done_tail->dnext = first;
+        else p->done_head = first;
+        p->done_tail = last;
+    }
+    for (int n = 0; n < SETTLE_SLICE && p->done_head; n++) {
+        struct delivery *d = p->done_head;
+        p->done_head = d->dnext;
+        if (!p->done_head) p->done_tail = NULL;
         settle(d);
     }
-    if (left > 0) event_active(p->settle, 0, 0);
+    if (p->done_head) event_active(p->settle, 0, 0);
 }
 
 static void settle_cb(evutil_socket_t fd, short what, void *arg) {
