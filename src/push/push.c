@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <ctype.h>
 #include <strings.h>
 #include <time.h>
 
@@ -41,8 +42,9 @@
 #define SECRETS_MAX 8
 #define KEY_MAX 256
 #define RETRY_MS 1000 /* a reserve that failed (store down) is retried */
-#define PUSH_HOST_CONNECTIONS 256 /* per receiver host:port */
+#define PUSH_HOST_CONNECTIONS 256 /* transfers in curl per receiver host:port */
 #define SETTLE_SLICE 64           /* finished transfers settled per event */
+#define QUEUE_CHECK_MS 100        /* waiting deliveries' timeouts checked */
 
 struct ptopic {
     struct hnode hn;
@@ -55,6 +57,18 @@ struct ptopic {
     char name[];
 };
 
+/* A receiver (host:port): its transfers in curl, at most
+ * PUSH_HOST_CONNECTIONS, and the deliveries waiting for one of them to end
+ * (FIFO). Freed when it has neither. */
+struct phost {
+    struct hnode hn;
+    uint64_t hash;
+    uint32_t active;
+    struct delivery *qhead, *qtail;
+    size_t len;
+    char key[]; /* "host:port", the host in lower case */
+};
+
 struct secret {
     unsigned char key[KEY_MAX];
     size_t len;
@@ -62,12 +76,16 @@ struct secret {
 
 struct delivery {
     struct delivery *prev, *next; /* the pusher's list of deliveries */
-    struct delivery *dnext;       /* on the queue of finished transfers */
+    struct delivery *qnext;       /* on its host's queue, or the queue of
+                                     finished transfers */
+    struct phost *h;              /* its receiver while it waits or is in curl */
     struct pusher *p;             /* NULL once the pusher is gone */
     struct ptopic *t;
     CURL *easy;
     struct curl_slist *hdrs;
     int64_t start_us, end_us, due;
+    int64_t sent_us;              /* handed to curl; 0 = never */
+    int64_t timeout_ms;
     uint32_t attempts, ttr, backoff_cap;
     long status;     /* HTTP status, 0 = none */
     CURLcode result;
@@ -86,7 +104,10 @@ struct pusher {
     struct event *pump;    /* drains the queue of dirty topics */
     struct event *retry;   /* after a failed reserve */
     struct event *settle;  /* settles the rest of the finished transfers */
+    struct event *qcheck;  /* times out deliveries waiting for a receiver */
+    size_t nqueued;        /* deliveries waiting for their receiver */
     struct htab topics;    /* struct ptopic by name */
+    struct htab hosts;     /* struct phost by key */
     struct ptopic *queue;  /* dirty topics with room */
     struct secret secrets[SECRETS_MAX];
     size_t nsecrets;
@@ -336,11 +357,11 @@ static void settle(struct delivery *d) {
     struct dq_str topic = topic_name(d->t);
     d->end_us = clock_us();
     curl_off_t pre = 0;
-    if (d->easy &&
+    if (d->easy && d->sent_us &&
         curl_easy_getinfo(d->easy, CURLINFO_PRETRANSFER_TIME_T, &pre) ==
             CURLE_OK &&
         pre > 0)
-        metrics_fire_lag(p->metrics, topic, d->start_us + pre - d->due * 1000);
+        metrics_fire_lag(p->metrics, topic, d->sent_us + pre - d->due * 1000);
     if (d->easy && d->result == CURLE_OK)
         curl_easy_getinfo(d->easy, CURLINFO_RESPONSE_CODE, &d->status);
     long st = d->status;
@@ -363,18 +384,151 @@ static void settle(struct delivery *d) {
     core_nack(p->core, topic, d->id, delay, settled_cb, d);
 }
 
+/* --- receivers: at most PUSH_HOST_CONNECTIONS transfers each in curl ------ */
+
+static uint64_t phost_hash(const struct hnode *n) {
+    return ((const struct phost *)n)->hash;
+}
+
+/* The receiver of a URL that url_split accepted. */
+static struct phost *host_get(struct pusher *p, const struct url_parts *u) {
+    const char *q = u->host + u->host_len;
+    if (*q == ']') q++; /* IPv6 */
+    unsigned port = *q == ':' ? (unsigned)strtoul(q + 1, NULL, 10) : u->https ? 443 : 80;
+    char key[DQ_URL_MAX + 8];
+    size_t n = 0;
+    for (size_t i = 0; i < u->host_len && n < DQ_URL_MAX; i++)
+        key[n++] = (char)tolower((unsigned char)u->host[i]);
+    n += (size_t)snprintf(key + n, sizeof key - n, ":%u", port);
+    uint64_t h = htab_hash_bytes(key, n);
+    for (struct hnode *x = htab_bucket(&p->hosts, h); x; x = x->next) {
+        struct phost *ph = (struct phost *)x;
+        if (ph->hash == h && ph->len == n && memcmp(ph->key, key, n) == 0) return ph;
+    }
+    struct phost *ph = xcalloc(1, sizeof *ph + n);
+    ph->hash = h;
+    ph->len = n;
+    memcpy(ph->key, key, n);
+    htab_insert(&p->hosts, &ph->hn, h);
+    return ph;
+}
+
+/* Queues a transfer that is over (or never started) for settling. */
+static void done_push(struct pusher *p, struct delivery *d) {
+    d->qnext = NULL;
+    if (p->done_tail) p->done_tail->qnext = d;
+    else p->done_head = d;
+    p->done_tail = d;
+    event_active(p->settle, 0, 0);
+}
+
+/* Hands d's transfer to curl with what is left of its timeout (the time it
+ * waited for its receiver counts), or fails it if nothing is left. */
+static void transfer_start(struct pusher *p, struct delivery *d) {
+    int64_t left = d->timeout_ms - (clock_us() - d->start_us) / 1000;
+    if (left <= 0) {
+        d->h = NULL;
+        d->result = CURLE_OPERATION_TIMEDOUT;
+        snprintf(d->err, sizeof d->err, "timed out after %" PRId64 " ms waiting for "
+                 "one of the %d connections to the receiver", d->timeout_ms,
+                 PUSH_HOST_CONNECTIONS);
+        done_push(p, d);
+        return;
+    }
+    curl_easy_setopt(d->easy, CURLOPT_TIMEOUT_MS, (long)left);
+    d->sent_us = clock_us();
+    d->h->active++;
+    if (curl_multi_add_handle(p->multi, d->easy) != CURLM_OK) {
+        d->h->active--;
+        d->h = NULL;
+        d->sent_us = 0;
+        d->result = CURLE_FAILED_INIT;
+        done_push(p, d);
+    }
+}
+
+/* Starts the waiting deliveries of h that have room; frees h when it has
+ * neither transfers nor deliveries waiting. */
+static void host_pump(struct pusher *p, struct phost *h) {
+    while (h->qhead && h->active < PUSH_HOST_CONNECTIONS) {
+        struct delivery *d = h->qhead;
+        h->qhead = d->qnext;
+        if (!h->qhead) h->qtail = NULL;
+        p->nqueued--;
+        transfer_start(p, d);
+    }
+    if (!h->active && !h->qhead) {
+        htab_remove(&p->hosts, &h->hn, h->hash);
+        dq_free(h);
+    }
+}
+
+/* d's transfer, for its receiver h: at once if h has room, else after
+ * those before it. So curl never queues a transfer itself: libcurl 7.88's
+ * curl_multi_remove_handle walks its queue of transfers waiting for a
+ * connection, and with thousands waiting (topics stuck on one dead
+ * receiver) the once-a-second burst of timeouts stalled the loop for
+ * 120-250 ms (docs/benchmarks.md). */
+static void host_admit(struct pusher *p, struct phost *h, struct delivery *d) {
+    d->h = h;
+    if (h->active < PUSH_HOST_CONNECTIONS && !h->qhead) {
+        transfer_start(p, d);
+        return;
+    }
+    d->qnext = NULL;
+    if (h->qtail) h->qtail->qnext = d;
+    else h->qhead = d;
+    h->qtail = d;
+    p->nqueued++;
+    if (!evtimer_pending(p->qcheck, NULL)) {
+        struct timeval tv = {0, QUEUE_CHECK_MS * 1000};
+        evtimer_add(p->qcheck, &tv);
+    }
+}
+
+/* Fails the deliveries of h whose timeout ran out while they waited. */
+static void host_expire(void *ud, struct hnode *n) {
+    struct pusher *p = ud;
+    struct phost *h = (struct phost *)n;
+    int64_t now = clock_us();
+    struct delivery **link = &h->qhead, *prev = NULL;
+    while (*link) {
+        struct delivery *d = *link;
+        if (now - d->start_us < d->timeout_ms * 1000) {
+            prev = d;
+            link = &d->qnext;
+            continue;
+        }
+        *link = d->qnext;
+        if (h->qtail == d) h->qtail = prev;
+        p->nqueued--;
+        transfer_start(p, d); /* fails it: no time left */
+    }
+}
+
+/* Every QUEUE_CHECK_MS while deliveries wait: their timeouts (a receiver
+ * whose transfers all hang frees no place before its own timeouts, and a
+ * waiting job's TTR may be shorter). Hosts are freed by host_pump only. */
+static void qcheck_cb(evutil_socket_t fd, short what, void *arg) {
+    struct pusher *p = arg;
+    htab_foreach(&p->hosts, host_expire, p);
+    if (p->nqueued) {
+        struct timeval tv = {0, QUEUE_CHECK_MS * 1000};
+        evtimer_add(p->qcheck, &tv);
+    }
+}
+
 /* --- curl on the loop ------------------------------------------------------ */
 
 /* Takes the transfers curl has finished and settles them, SETTLE_SLICE at
  * a time: when thousands end together (the timeouts of a receiver that
  * never answers), the rest wait for the next turn of the loop (p->settle),
- * so that clients are served in between.
+ * so that clients are served in between. Each frees a place for its
+ * receiver's next waiting delivery.
  *
  * Every message is read before any handle is removed: libcurl 7.88's
- * curl_multi_remove_handle walks the messages not yet read, looking for
- * the handle's own, so removing each handle as its message was read cost
- * O(n^2) when n transfers ended together (a 255 ms stall of the loop with
- * 3,191 timing out at once; docs/benchmarks.md). */
+ * curl_multi_remove_handle also walks the messages not yet read, looking
+ * for the handle's own, which is quadratic when many end together. */
 static void check_done(struct pusher *p) {
     CURLMsg *m;
     int left;
@@ -384,21 +538,23 @@ static void check_done(struct pusher *p) {
         struct delivery *d = NULL;
         curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&d);
         d->result = m->data.result;
-        d->dnext = NULL;
-        if (last) last->dnext = d;
+        d->qnext = NULL;
+        if (last) last->qnext = d;
         else first = d;
         last = d;
     }
-    for (struct delivery *d = first; d; d = d->dnext)
+    for (struct delivery *d = first, *next; d; d = next) {
+        next = d->qnext;
         curl_multi_remove_handle(p->multi, d->easy);
-    if (first) {
-        if (p->done_tail) p->done_tail->dnext = first;
-        else p->done_head = first;
-        p->done_tail = last;
+        struct phost *h = d->h;
+        d->h = NULL;
+        h->active--;
+        done_push(p, d);
+        host_pump(p, h);
     }
     for (int n = 0; n < SETTLE_SLICE && p->done_head; n++) {
         struct delivery *d = p->done_head;
-        p->done_head = d->dnext;
+        p->done_head = d->qnext;
         if (!p->done_head) p->done_tail = NULL;
         settle(d);
     }
@@ -575,19 +731,15 @@ static void delivery_start(struct pusher *p, struct ptopic *t,
     }
     d->easy = e;
     build_headers(p, d, j);
-    int64_t timeout = p->cfg.timeout_ms;
-    if (timeout > (int64_t)d->ttr) timeout = d->ttr;
+    d->timeout_ms = p->cfg.timeout_ms;
+    if (d->timeout_ms > (int64_t)d->ttr) d->timeout_ms = d->ttr;
     curl_easy_setopt(e, CURLOPT_URL, q);
     curl_easy_setopt(e, CURLOPT_PRIVATE, d);
     curl_easy_setopt(e, CURLOPT_HTTPHEADER, d->hdrs);
     curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)d->body.len);
     curl_easy_setopt(e, CURLOPT_POSTFIELDS, d->body.p);
-    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)timeout);
     curl_easy_setopt(e, CURLOPT_ERRORBUFFER, d->err);
-    if (curl_multi_add_handle(p->multi, e) != CURLM_OK) {
-        d->result = CURLE_FAILED_INIT;
-        settle(d);
-    }
+    host_admit(p, host_get(p, &u), d);
 }
 
 /* --- reserving --------------------------------------------------------------- */
@@ -676,6 +828,7 @@ struct pusher *pusher_new(struct event_base *base, struct core *core,
     if (p->cfg.concurrency == 0) p->cfg.concurrency = 64;
     if (p->cfg.timeout_ms <= 0) p->cfg.timeout_ms = 30000;
     htab_init(&p->topics, 16, ptopic_hash);
+    htab_init(&p->hosts, 16, phost_hash);
     for (const char *s = cfg->secrets; s && *s;) {
         const char *comma = strchr(s, ',');
         size_t n = comma ? (size_t)(comma - s) : strlen(s);
@@ -698,8 +851,9 @@ struct pusher *pusher_new(struct event_base *base, struct core *core,
     p->pump = event_new(base, -1, 0, pump_cb, p);
     p->retry = evtimer_new(base, retry_cb, p);
     p->settle = event_new(base, -1, 0, settle_cb, p);
+    p->qcheck = evtimer_new(base, qcheck_cb, p);
     if (!p->mac || !p->multi || !p->timer || !p->pump || !p->retry ||
-        !p->settle) {
+        !p->settle || !p->qcheck) {
         snprintf(err, errlen, "push: cannot start libcurl or libcrypto");
         pusher_free(p);
         return NULL;
@@ -733,7 +887,7 @@ void pusher_stop(struct pusher *p) {
 
 bool pusher_idle(const struct pusher *p) { return !p || p->inflight == 0; }
 
-static void free_topic(void *ud, struct hnode *n) { dq_free(n); }
+static void free_entry(void *ud, struct hnode *n) { dq_free(n); }
 
 /* Deliveries still with curl are dropped (their jobs stay reserved and come
  * back when their lease ends); those waiting for the core to settle them
@@ -769,8 +923,11 @@ void pusher_free(struct pusher *p) {
     if (p->pump) event_free(p->pump);
     if (p->retry) event_free(p->retry);
     if (p->settle) event_free(p->settle);
+    if (p->qcheck) event_free(p->qcheck);
     if (p->mac) EVP_MAC_free(p->mac);
-    htab_foreach(&p->topics, free_topic, NULL);
+    htab_foreach(&p->topics, free_entry, NULL);
     htab_destroy(&p->topics);
+    htab_foreach(&p->hosts, free_entry, NULL);
+    htab_destroy(&p->hosts);
     dq_free(p);
 }
