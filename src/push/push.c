@@ -17,6 +17,7 @@
  */
 #include "push/push.h"
 
+#include <ctype.h>
 #include <curl/curl.h>
 #include <event2/event.h>
 #include <inttypes.h>
@@ -27,7 +28,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <ctype.h>
 #include <strings.h>
 #include <time.h>
 

@@ -16,7 +16,9 @@
  * At most cfg->concurrency jobs of one topic are in the pusher's hands at a
  * time (from the reserve to the ACK/NACK), so a receiver that never answers
  * holds back only its own topic. Connections are kept alive and reused by
- * the multi handle. Redirects are not followed.
+ * the multi handle. At most 256 transfers to one receiver (host:port) are
+ * in curl at once; more wait in the pusher's queue for that receiver, their
+ * timeout running. Redirects are not followed.
  *
  * Error convention: pusher_new returns NULL with a message; the rest cannot
  * fail (a failed delivery is an outcome, not an error).
