@@ -39,21 +39,25 @@
 -- effect in their order -- except that within a run the reserves go before
 -- the del/acks. Those commute for reserved jobs, which is what ACK is for;
 -- for others it is one of the orders concurrent clients could have seen.
-local call = redis.call
-local spack, sunpack, ssub, sbyte = struct.pack, struct.unpack, string.sub, string.byte
-local tonumber, unpack, fmt = tonumber, unpack, string.format
+--
+-- Loaded once as a function library (FUNCTION LOAD, Redis 7: the server
+-- puts "#!lua name=<lib>" first and registers main after the end), whose
+-- functions then live across calls; or sent as a script (EVAL / EVALSHA,
+-- older Redis: the server appends "return main(KEYS, ARGV)"), which
+-- defines them all again on every call -- about 20 us a call. Nothing at
+-- load time may touch a global (a library is loaded without them), so the
+-- globals this file uses, and the call's own values, are bound by main.
+local call, spack, sunpack, ssub, sbyte, fmt
+local KEYS, ARGV, nows, now, inst, chan
 local HDR = '<BIIIBIIddd' -- then 8 bytes of ord, then the body
 local BODY = 55
 local CHUNK = 1000
 local DCHUNK = 10000 -- due jobs carried per group and call
 local DELAYED, READY, RESERVED, DEAD = 0, 1, 2, 3
 local OK, EXISTS, BUSY, NOTRESERVED, TAKEN = 0, 1, 2, 3, 4
-local nows = ARGV[1]
-local now = tonumber(nows)
-local inst, chan = ARGV[2], ARGV[3]
-local LSENT = '\0' .. string.rep('~', 64)
-local DSENT = string.rep('\255', 8) .. LSENT
-local INF = math.huge
+local LSENT = '\0' .. ('~'):rep(64)
+local DSENT = ('\255'):rep(8) .. LSENT
+local INF = 1 / 0
 
 local function cnt(g, f, n)
   if n ~= 0 then g.c[f] = (g.c[f] or 0) + n end
@@ -911,73 +915,83 @@ end
 
 -- --- the call ----------------------------------------------------------------
 
-local G = tonumber(ARGV[4])
-local groups = {}
-local p = 5
-for i = 1, G do
-  local b = (i - 1) * 7
-  groups[i] = {pool = KEYS[b + 1], ready = KEYS[b + 2], delay = KEYS[b + 3],
-    lease = KEYS[b + 4], dead = KEYS[b + 5], stats = KEYS[b + 6], pready = KEYS[b + 7],
-    topic = ARGV[p], shard = ARGV[p + 1], cf = ARGV[p + 2],
-    qa = {}, qat = {}, qae = {}, qr = {}, qrt = {}, qd = {}, qdn = {}, qdf = {}, qdt = {}, qde = {}}
-  p = p + 3
-end
-local R = tonumber(ARGV[p])
-p = p + 1
-local rts, one = {}, {}
-for r = 1, R do
-  local op, ng = ARGV[p], tonumber(ARGV[p + 1])
-  p = p + 2
-  local gs = one
-  if ng == 1 then
-    one[1] = groups[tonumber(ARGV[p])]
-    p = p + 1
-  else
-    gs = {}
-    for j = 1, ng do gs[j] = groups[tonumber(ARGV[p])]; p = p + 1 end
+-- one call: keys and args as described at the top
+local function main(keys, args)
+  call = redis.call
+  spack, sunpack, ssub, sbyte = struct.pack, struct.unpack, string.sub, string.byte
+  fmt = string.format
+  KEYS, ARGV = keys, args
+  nows = ARGV[1]
+  now = tonumber(nows)
+  inst, chan = ARGV[2], ARGV[3]
+  local G = tonumber(ARGV[4])
+  local groups = {}
+  local p = 5
+  for i = 1, G do
+    local b = (i - 1) * 7
+    groups[i] = {pool = KEYS[b + 1], ready = KEYS[b + 2], delay = KEYS[b + 3],
+      lease = KEYS[b + 4], dead = KEYS[b + 5], stats = KEYS[b + 6], pready = KEYS[b + 7],
+      topic = ARGV[p], shard = ARGV[p + 1], cf = ARGV[p + 2],
+      qa = {}, qat = {}, qae = {}, qr = {}, qrt = {}, qd = {}, qdn = {}, qdf = {}, qdt = {}, qde = {}}
+    p = p + 3
   end
-  local na = tonumber(ARGV[p])
+  local R = tonumber(ARGV[p])
   p = p + 1
-  local rt = {}
-  rts[r] = rt
-  OPS[op](gs, p, rt)
-  p = p + na
-end
-local info = {}
-for i = 1, G do
-  local g = groups[i]
-  if g.o then
-    local nx, rl, pl = finish(g)
-    info[3 * i - 2] = nx
-    info[3 * i - 1] = rl
-    info[3 * i] = pl
-  else
-    info[3 * i - 2] = -2
-    info[3 * i - 1] = -1
-    info[3 * i] = -1
-  end
-end
-local res, n = {}, 0
-for r = 1, R do
-  local rt = rts[r]
-  if rt.cnts then
-    local c, big = rt.cnts, false
-    for i = 1, #c do
-      rt[2] = rt[2] + c[i]
-      if c[i] > 9 then big = true end
-    end
-    if big then
-      for i = 1, #c do rt[2 + i] = c[i] end
+  local rts, one = {}, {}
+  for r = 1, R do
+    local op, ng = ARGV[p], tonumber(ARGV[p + 1])
+    p = p + 2
+    local gs = one
+    if ng == 1 then
+      one[1] = groups[tonumber(ARGV[p])]
+      p = p + 1
     else
-      for i = 1, #c do c[i] = c[i] + 48 end
-      rt[3] = bytes(c)
+      gs = {}
+      for j = 1, ng do gs[j] = groups[tonumber(ARGV[p])]; p = p + 1 end
     end
-  elseif rt.codes then
-    rt[2] = bytes(rt.codes)
+    local na = tonumber(ARGV[p])
+    p = p + 1
+    local rt = {}
+    rts[r] = rt
+    OPS[op](gs, p, rt)
+    p = p + na
   end
-  local k = #rt
-  res[n + 1] = k
-  for i = 1, k do res[n + 1 + i] = rt[i] end
-  n = n + 1 + k
+  local info = {}
+  for i = 1, G do
+    local g = groups[i]
+    if g.o then
+      local nx, rl, pl = finish(g)
+      info[3 * i - 2] = nx
+      info[3 * i - 1] = rl
+      info[3 * i] = pl
+    else
+      info[3 * i - 2] = -2
+      info[3 * i - 1] = -1
+      info[3 * i] = -1
+    end
+  end
+  local res, n = {}, 0
+  for r = 1, R do
+    local rt = rts[r]
+    if rt.cnts then
+      local c, big = rt.cnts, false
+      for i = 1, #c do
+        rt[2] = rt[2] + c[i]
+        if c[i] > 9 then big = true end
+      end
+      if big then
+        for i = 1, #c do rt[2 + i] = c[i] end
+      else
+        for i = 1, #c do c[i] = c[i] + 48 end
+        rt[3] = bytes(c)
+      end
+    elseif rt.codes then
+      rt[2] = bytes(rt.codes)
+    end
+    local k = #rt
+    res[n + 1] = k
+    for i = 1, k do res[n + 1 + i] = rt[i] end
+    n = n + 1 + k
+  end
+  return {res, info}
 end
-return {res, info}
