@@ -312,17 +312,36 @@ void rs_script_cb(void *pd, redisReply *r, const char *err, bool sent) {
                 redisReply sub = {.type = REDIS_REPLY_ARRAY, .elements = 1 + 3 * k,
                                   .element = tmp};
                 unit_result(u, &sub);
-            } else if (m->form == UM_ADDS && v->elements >= 3 + 2 * (size_t)m->sub) {
-                /* adds merged: code, then code and new per add */
-                redisReply sub = {.type = REDIS_REPLY_ARRAY, .elements = 2,
-                                  .element = v->element + 1 + 2 * m->sub};
-                unit_result(u, &sub);
-            } else if (m->form == UM_DELS && v->elements >= 3 + (size_t)m->sub) {
-                /* del/ack merged: code, sum, then each one's count */
+            } else if (m->form == UM_ADDS) {
+                /* adds merged: code, then a byte per add: '0' + code * 2 + new */
+                const redisReply *b = v->elements == 2 ? v->element[1] : NULL;
+                if (b && b->type == REDIS_REPLY_STRING && m->sub < b->len) {
+                    int x = (unsigned char)b->str[m->sub] - '0';
+                    redisReply code = {.type = REDIS_REPLY_INTEGER, .integer = x >> 1};
+                    redisReply isnew = {.type = REDIS_REPLY_INTEGER, .integer = x & 1};
+                    redisReply *e2[2] = {&code, &isnew};
+                    redisReply sub = {.type = REDIS_REPLY_ARRAY, .elements = 2, .element = e2};
+                    unit_result(u, &sub);
+                } else {
+                    rs_req_fail(rq, DQ_UNAVAILABLE, "unexpected reply from the Redis script");
+                }
+            } else if (m->form == UM_DELS) {
+                /* del/ack merged: code, sum, then a digit per request (all
+                 * counts below 10) or each one's count */
+                const redisReply *b = v->elements == 3 ? v->element[2] : NULL;
+                redisReply cnt = {.type = REDIS_REPLY_INTEGER};
                 tmp[0] = v->element[0];
-                tmp[1] = v->element[2 + m->sub];
+                if (b && b->type == REDIS_REPLY_STRING && m->sub < b->len) {
+                    cnt.integer = (unsigned char)b->str[m->sub] - '0';
+                    tmp[1] = &cnt;
+                } else if (v->elements >= 3 + (size_t)m->sub) {
+                    tmp[1] = v->element[2 + m->sub];
+                } else {
+                    tmp[1] = NULL;
+                }
                 redisReply sub = {.type = REDIS_REPLY_ARRAY, .elements = 2, .element = tmp};
-                unit_result(u, &sub);
+                if (tmp[1]) unit_result(u, &sub);
+                else rs_req_fail(rq, DQ_UNAVAILABLE, "unexpected reply from the Redis script");
             } else {
                 unit_result(u, v);
             }

@@ -39,21 +39,25 @@
 -- effect in their order -- except that within a run the reserves go before
 -- the del/acks. Those commute for reserved jobs, which is what ACK is for;
 -- for others it is one of the orders concurrent clients could have seen.
-local call = redis.call
-local spack, sunpack, ssub, sbyte = struct.pack, struct.unpack, string.sub, string.byte
-local tonumber, unpack, fmt = tonumber, unpack, string.format
+--
+-- Loaded once as a function library (FUNCTION LOAD, Redis 7: the server
+-- puts "#!lua name=<lib>" first and registers main after the end), whose
+-- functions then live across calls; or sent as a script (EVAL / EVALSHA,
+-- older Redis: the server appends "return main(KEYS, ARGV)"), which
+-- defines them all again on every call -- about 20 us a call. Nothing at
+-- load time may touch a global (a library is loaded without them), so the
+-- globals this file uses, and the call's own values, are bound by main.
+local call, spack, sunpack, ssub, sbyte, fmt
+local KEYS, ARGV, nows, now, inst, chan
 local HDR = '<BIIIBIIddd' -- then 8 bytes of ord, then the body
 local BODY = 55
 local CHUNK = 1000
 local DCHUNK = 10000 -- due jobs carried per group and call
 local DELAYED, READY, RESERVED, DEAD = 0, 1, 2, 3
 local OK, EXISTS, BUSY, NOTRESERVED, TAKEN = 0, 1, 2, 3, 4
-local nows = ARGV[1]
-local now = tonumber(nows)
-local inst, chan = ARGV[2], ARGV[3]
-local LSENT = '\0' .. string.rep('~', 64)
-local DSENT = string.rep('\255', 8) .. LSENT
-local INF = math.huge
+local LSENT = '\0' .. ('~'):rep(64)
+local DSENT = ('\255'):rep(8) .. LSENT
+local INF = 1 / 0
 
 local function cnt(g, f, n)
   if n ~= 0 then g.c[f] = (g.c[f] or 0) + n end
@@ -104,6 +108,15 @@ local function hmget(key, ids)
     for j = 1, #part do out[i + j - 1] = part[j] end
   end
   return out
+end
+
+-- the string of the byte values in list (string.char in chunks: unpack)
+local function bytes(list)
+  local n = #list
+  if n <= CHUNK then return string.char(unpack(list)) end
+  local parts = {}
+  for i = 1, n, CHUNK do parts[#parts + 1] = string.char(unpack(list, i, math.min(n, i + CHUNK - 1))) end
+  return table.concat(parts)
 end
 
 -- ids made ready, in order: plain ones to ready, push ones to pready
@@ -256,48 +269,52 @@ end
 
 -- --- runs of queued requests ---------------------------------------------
 
--- adds: {id, record, due, member, flags, result}
-local function run_add(g, q)
+-- adds: q holds the ARGV index of each add's (id record due member flags),
+-- qt/qe where its result goes: qt[i][qe[i]] = 48 + code * 2 + (1 if the
+-- id was new), a byte of the request's result string. No table per add:
+-- a table costs more Lua than the rest of an add.
+local function run_add(g, q, qt, qe)
   local ids = {}
-  for i = 1, #q do ids[i] = q[i][1] end
+  for i = 1, #q do ids[i] = ARGV[q[i]] end
   local ex = hmget(g.pool, ids)
   local hs, pr, pp, pz, seen = {}, {}, {}, {}, {}
+  local nh, npr, nz = 0, 0, 0
   local function write()
-    if #hs > 0 then callv('HSET', g.pool, hs); hs = {} end
-    if #pr > 0 or #pp > 0 then readyv(g, pr, pp); pr = {}; pp = {} end
-    if #pz > 0 then callv('ZADD', g.delay, pz); pz = {} end
+    if nh > 0 then callv('HSET', g.pool, hs); hs = {}; nh = 0 end
+    if npr > 0 or #pp > 0 then readyv(g, pr, pp); pr = {}; pp = {}; npr = 0 end
+    if nz > 0 then callv('ZADD', g.delay, pz); pz = {}; nz = 0 end
   end
   local added = 0
   for i = 1, #q do
-    local it = q[i]
-    local id, rec, rt = it[1], it[2], it[6]
-    local ok = true
+    local a, id = q[i], ids[i]
+    local rec = ARGV[a + 1]
+    local code, new = OK, 1
     if ex[i] or seen[id] then
-      local fl = it[5]
-      if fl == 'g' then rt[1] = TAKEN; ok = false
-      elseif fl ~= 'r' then rt[1] = EXISTS; ok = false
+      new = 0
+      local fl = ARGV[a + 4]
+      if fl == 'g' then code = TAKEN
+      elseif fl ~= 'r' then code = EXISTS
       else
         write()
         local old = call('HGET', g.pool, id)
-        if sbyte(old, 1) == RESERVED then rt[1] = BUSY; ok = false
+        if sbyte(old, 1) == RESERVED then code = BUSY
         else unlink(g, id, old) end
       end
-    else
-      rt[2] = 1
     end
-    if ok then
+    qt[i][qe[i]] = 48 + code * 2 + new
+    if code == OK then
       seen[id] = true
-      rt[1] = OK
-      local nh = #hs
       hs[nh + 1] = id
       hs[nh + 2] = rec
+      nh = nh + 2
       if sbyte(rec, 1) == READY then
-        if precord(rec) then pp[#pp + 1] = id else pr[#pr + 1] = id end
+        if precord(rec) then pp[#pp + 1] = id else npr = npr + 1; pr[npr] = id end
       else
-        local nz = #pz
-        pz[nz + 1] = it[3]
-        pz[nz + 2] = it[4]
-        insert(g, tonumber(it[3]), 'd')
+        local due = ARGV[a + 2]
+        pz[nz + 1] = due
+        pz[nz + 2] = ARGV[a + 3]
+        nz = nz + 2
+        insert(g, tonumber(due), 'd')
       end
       added = added + 1
     end
@@ -306,11 +323,13 @@ local function run_add(g, q)
   cnt(g, 'added', added)
 end
 
--- the records of ids popped from the ready list, reserved
-local function take(g, ids, out)
+-- the records of ids popped from the ready list, reserved: their ids and
+-- new records go to oid and orec; returns how many
+local function take(g, ids, oid, orec)
   local recs = hmget(g.pool, ids)
   local hs, zs, nh, k = {}, {}, 0, 0
   local pdl, sdl = {}, {} -- per ttr: packed and printed deadline
+  local pst = {} -- per attempts: the packed state and attempts + 1
   for i = 1, #ids do
     local r = recs[i]
     if r then
@@ -323,14 +342,17 @@ local function take(g, ids, out)
         sdl[ttr] = fmt('%d', now + ttr)
         insert(g, now + ttr, 'l')
       end
-      local nr = spack('<BI', RESERVED, att + 1) .. ssub(r, 6, 38) .. p .. ssub(r, 47)
+      local h = pst[att]
+      if not h then h = spack('<BI', RESERVED, att + 1); pst[att] = h end
+      local nr = h .. ssub(r, 6, 38) .. p .. ssub(r, 47)
       hs[nh + 1] = id
       hs[nh + 2] = nr
       zs[nh + 1] = sdl[ttr]
       zs[nh + 2] = id
       nh = nh + 2
       k = k + 1
-      out[k] = {id, nr}
+      oid[k] = id
+      orec[k] = nr
     end
   end
   if k > 0 then
@@ -341,61 +363,70 @@ local function take(g, ids, out)
   return k
 end
 
--- single-group reserves: {need, result}; one LPOP for all, in order
-local function run_reserve(g, q)
+-- appends jobs [j, j + n) of oid/orec to rt as (gi, id, record) triplets
+local function hand(rt, gi, oid, orec, j, n)
+  local x = #rt
+  for i = j, j + n - 1 do
+    rt[x + 1] = gi
+    rt[x + 2] = oid[i]
+    rt[x + 3] = orec[i]
+    x = x + 3
+  end
+end
+
+-- single-group reserves: q their COUNTs, qt their results; one LPOP for
+-- all, the jobs handed out in order
+local function run_reserve(g, q, qt)
   local need = 0
-  for i = 1, #q do need = need + q[i][1] end
+  for i = 1, #q do need = need + q[i] end
   if call('LLEN', g.ready) < need then bring(g) end
   local ids = call('LPOP', g.ready, need)
   g.rlen = nil
   if not ids then return end
   cnt(g, 'xready', #ids)
-  local jobs = {}
-  local k = take(g, ids, jobs)
+  local oid, orec = {}, {}
+  local k = take(g, ids, oid, orec)
   local j = 1
   for i = 1, #q do
-    local rt, n = q[i][2], q[i][1]
-    while n > 0 and j <= k do
-      local x = #rt
-      rt[x + 1] = 1
-      rt[x + 2] = jobs[j][1]
-      rt[x + 3] = jobs[j][2]
-      j = j + 1
-      n = n - 1
-    end
+    local n = math.min(q[i], k - j + 1)
+    if n <= 0 then break end
+    hand(qt[i], 1, oid, orec, j, n)
+    j = j + n
   end
 end
 
--- del / ack: {ids, field, result}. Fast path: every id was reserved.
-local function run_del(g, q)
-  local all, seen, dup = {}, {}, false
+-- del / ack: q holds the ARGV index of each request's first id, qn how
+-- many ids, qf 'acked' or 'deleted', qt/qe where its count goes (added to
+-- qt[i][qe[i]]). Fast path: every id was reserved (ZREM removed them all,
+-- so none was named twice).
+local function run_del(g, q, qn, qf, qt, qe)
+  local all, n = {}, 0
   for i = 1, #q do
-    for _, id in ipairs(q[i][1]) do
-      if seen[id] then dup = true end
-      seen[id] = true
-      all[#all + 1] = id
-    end
+    local a = q[i]
+    for x = a, a + qn[i] - 1 do n = n + 1; all[n] = ARGV[x] end
   end
-  local n = #all
   local removed = 0
   for i = 1, n, CHUNK do
     removed = removed + call('ZREM', g.lease, unpack(all, i, math.min(n, i + CHUNK - 1)))
   end
   cnt(g, 'xlease', removed)
-  if removed == n and not dup then
+  if removed == n then
     callv('HDEL', g.pool, all)
+    local acked = 0
     for i = 1, #q do
-      local it = q[i]
-      it[3][2] = it[3][2] + #it[1]
-      cnt(g, it[2], #it[1])
+      local t, e, k = qt[i], qe[i], qn[i]
+      t[e] = t[e] + k
+      if qf[i] == 'acked' then acked = acked + k end
     end
+    cnt(g, 'acked', acked)
+    cnt(g, 'deleted', n - acked)
     return
   end
   -- those that were reserved left the lease zset above
   for i = 1, #q do
-    local it = q[i]
-    local k = 0
-    for _, id in ipairs(it[1]) do
+    local k, a = 0, q[i]
+    for x = a, a + qn[i] - 1 do
+      local id = ARGV[x]
       local r = call('HGET', g.pool, id)
       if r then
         if sbyte(r, 1) ~= RESERVED then unlink(g, id, r) end
@@ -403,45 +434,57 @@ local function run_del(g, q)
         k = k + 1
       end
     end
-    it[3][2] = it[3][2] + k
-    cnt(g, it[2], k)
+    local t, e = qt[i], qe[i]
+    t[e] = t[e] + k
+    cnt(g, qf[i], k)
   end
 end
 
 -- completes the group's queued run
 local function sync(g)
-  if #g.qa > 0 then
-    local q = g.qa
-    g.qa = {}
-    run_add(g, q)
+  if g.qa[1] then
+    local q, qt, qe = g.qa, g.qat, g.qae
+    g.qa, g.qat, g.qae = {}, {}, {}
+    run_add(g, q, qt, qe)
   end
-  if #g.qr > 0 then
-    local q = g.qr
-    g.qr = {}
-    run_reserve(g, q)
+  if g.qr[1] then
+    local q, qt = g.qr, g.qrt
+    g.qr, g.qrt = {}, {}
+    run_reserve(g, q, qt)
   end
-  if #g.qd > 0 then
-    local q = g.qd
-    g.qd = {}
-    run_del(g, q)
+  if g.qd[1] then
+    local q, qn, qf, qt, qe = g.qd, g.qdn, g.qdf, g.qdt, g.qde
+    g.qd, g.qdn, g.qdf, g.qdt, g.qde = {}, {}, {}, {}, {}
+    run_del(g, q, qn, qf, qt, qe)
   end
 end
 
--- queues a request of kind 'add', 'reserve' or 'del'
-local function queue(g, kind, item)
-  local q
-  if kind == 'add' then
-    if #g.qr > 0 or #g.qd > 0 then sync(g) end
-    q = g.qa
-  else
-    if #g.qa > 0 then sync(g) end
-    q = kind == 'reserve' and g.qr or g.qd
-  end
-  if #q >= CHUNK then
-    sync(g)
-    q = kind == 'add' and g.qa or kind == 'reserve' and g.qr or g.qd
-  end
-  q[#q + 1] = item
+-- queues an add (ARGV index a; its result byte goes to t[e]); a run of
+-- adds ends at the first reserve or del/ack
+local function qadd(g, a, t, e)
+  if g.qr[1] or g.qd[1] then sync(g) end
+  local n = #g.qa
+  if n >= CHUNK then sync(g); n = 0 end
+  n = n + 1
+  g.qa[n], g.qat[n], g.qae[n] = a, t, e
+end
+
+-- queues a single-group reserve of need jobs, handed to rt
+local function qreserve(g, need, rt)
+  if g.qa[1] then sync(g) end
+  local n = #g.qr
+  if n >= CHUNK then sync(g); n = 0 end
+  n = n + 1
+  g.qr[n], g.qrt[n] = need, rt
+end
+
+-- queues a del/ack of the n ids at ARGV[a...]; its count is added to t[e]
+local function qdel(g, a, n, field, t, e)
+  if g.qa[1] then sync(g) end
+  local x = #g.qd
+  if x >= CHUNK then sync(g); x = 0 end
+  x = x + 1
+  g.qd[x], g.qdn[x], g.qdf[x], g.qdt[x], g.qde[x] = a, n, field, t, e
 end
 
 -- first touch of a group in this call: note its next due time (what the
@@ -494,34 +537,25 @@ end
 
 local OPS = {}
 
--- add: id record due member flags. The record (header, ord, body) is made
--- by the caller, which decided ready or delayed from the same now; member
--- is the delay zset's (ord .. id) for a delayed job. flags: '-' plain,
--- 'r' REPLACE, 'g' a generated id (TAKEN if it exists).
--- -> code, 1 if the id was new
-OPS.add = function(gs, a, rt)
-  local g = gs[1]
-  if not g.o then open(g, g.cf ~= '1') end
-  rt[1], rt[2] = OK, 0
-  queue(g, 'add', {ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], rt})
-end
-
 -- adds: m, then m x (id record due member flags): m adds on one group,
--- merged by the caller -> code, then per add: its code, 1 if the id was new
+-- merged by the caller. The record (header, ord, body) is made by the
+-- caller, which decided ready or delayed from the same now; member is the
+-- delay zset's (ord .. id) for a delayed job. flags: '-' plain, 'r'
+-- REPLACE, 'g' a generated id (TAKEN if it exists).
+-- -> code, then a string of one byte per add: '0' + its code * 2 + (1 if
+-- the id was new)
 OPS.adds = function(gs, a, rt)
   local g = gs[1]
   if not g.o then open(g, g.cf ~= '1') end
   local m = tonumber(ARGV[a])
-  local pairs_ = {}
+  local codes = {}
   local p = a + 1
   for e = 1, m do
-    local sub = {OK, 0}
-    pairs_[e] = sub
-    queue(g, 'add', {ARGV[p], ARGV[p + 1], ARGV[p + 2], ARGV[p + 3], ARGV[p + 4], sub})
+    qadd(g, p, codes, e)
     p = p + 5
   end
   rt[1] = OK
-  rt.pairs = pairs_
+  rt.codes = codes
 end
 
 -- del / ack: mode ('ack' or 'del'), then per group: n ids... -> code, how
@@ -533,30 +567,26 @@ OPS.del = function(gs, a, rt)
   rt[1], rt[2] = OK, 0
   if mode == 'ack*' or mode == 'del*' then
     -- requests merged by the caller, all on the first group: m, then per
-    -- request n ids... -> code, the sum, then each one's count
+    -- request n ids... -> code, the sum, then a string of each one's count
+    -- as a digit if all are below 10, else each one's count
     local g = gs[1]
     if not g.o then open(g, true) end
     local m = tonumber(ARGV[p])
     p = p + 1
-    local subs = {}
+    local cnts = {}
     for e = 1, m do
       local n = tonumber(ARGV[p])
-      local ids = {}
-      for i = 1, n do ids[i] = ARGV[p + i] end
-      local sub = {OK, 0}
-      subs[e] = sub
-      queue(g, 'del', {ids, field, sub})
+      cnts[e] = 0
+      qdel(g, p + 1, n, field, cnts, e)
       p = p + 1 + n
     end
-    rt.subs = subs
+    rt.cnts = cnts
     return
   end
   for _, g in ipairs(gs) do
     if not g.o then open(g, true) end
     local n = tonumber(ARGV[p])
-    local ids = {}
-    for i = 1, n do ids[i] = ARGV[p + i] end
-    queue(g, 'del', {ids, field, rt})
+    qdel(g, p + 1, n, field, rt, 2)
     p = p + 1 + n
   end
 end
@@ -569,7 +599,7 @@ OPS.reserve = function(gs, a, rt)
   if #gs == 1 then
     local g = gs[1]
     if not g.o then open(g, true) end
-    queue(g, 'reserve', {need, rt})
+    qreserve(g, need, rt)
     return
   end
   for gi, g in ipairs(gs) do
@@ -580,14 +610,9 @@ OPS.reserve = function(gs, a, rt)
     g.rlen = nil
     if ids then
       cnt(g, 'xready', #ids)
-      local jobs = {}
-      local k = take(g, ids, jobs)
-      for j = 1, k do
-        local x = #rt
-        rt[x + 1] = gi
-        rt[x + 2] = jobs[j][1]
-        rt[x + 3] = jobs[j][2]
-      end
+      local oid, orec = {}, {}
+      local k = take(g, ids, oid, orec)
+      hand(rt, gi, oid, orec, 1, k)
       need = need - k
     end
   end
@@ -606,14 +631,9 @@ OPS.preserve = function(gs, a, rt)
     g.plen = nil
     if ids then
       cnt(g, 'xready', #ids)
-      local jobs = {}
-      local k = take(g, ids, jobs)
-      for j = 1, k do
-        local x = #rt
-        rt[x + 1] = gi
-        rt[x + 2] = jobs[j][1]
-        rt[x + 3] = jobs[j][2]
-      end
+      local oid, orec = {}, {}
+      local k = take(g, ids, oid, orec)
+      hand(rt, gi, oid, orec, 1, k)
       need = need - k
     end
   end
@@ -895,68 +915,83 @@ end
 
 -- --- the call ----------------------------------------------------------------
 
-local G = tonumber(ARGV[4])
-local groups = {}
-local p = 5
-for i = 1, G do
-  local b = (i - 1) * 7
-  groups[i] = {pool = KEYS[b + 1], ready = KEYS[b + 2], delay = KEYS[b + 3],
-    lease = KEYS[b + 4], dead = KEYS[b + 5], stats = KEYS[b + 6], pready = KEYS[b + 7],
-    topic = ARGV[p], shard = ARGV[p + 1], cf = ARGV[p + 2], qa = {}, qr = {}, qd = {}}
-  p = p + 3
-end
-local R = tonumber(ARGV[p])
-p = p + 1
-local rts, one = {}, {}
-for r = 1, R do
-  local op, ng = ARGV[p], tonumber(ARGV[p + 1])
-  p = p + 2
-  local gs = one
-  if ng == 1 then
-    one[1] = groups[tonumber(ARGV[p])]
-    p = p + 1
-  else
-    gs = {}
-    for j = 1, ng do gs[j] = groups[tonumber(ARGV[p])]; p = p + 1 end
+-- one call: keys and args as described at the top
+local function main(keys, args)
+  call = redis.call
+  spack, sunpack, ssub, sbyte = struct.pack, struct.unpack, string.sub, string.byte
+  fmt = string.format
+  KEYS, ARGV = keys, args
+  nows = ARGV[1]
+  now = tonumber(nows)
+  inst, chan = ARGV[2], ARGV[3]
+  local G = tonumber(ARGV[4])
+  local groups = {}
+  local p = 5
+  for i = 1, G do
+    local b = (i - 1) * 7
+    groups[i] = {pool = KEYS[b + 1], ready = KEYS[b + 2], delay = KEYS[b + 3],
+      lease = KEYS[b + 4], dead = KEYS[b + 5], stats = KEYS[b + 6], pready = KEYS[b + 7],
+      topic = ARGV[p], shard = ARGV[p + 1], cf = ARGV[p + 2],
+      qa = {}, qat = {}, qae = {}, qr = {}, qrt = {}, qd = {}, qdn = {}, qdf = {}, qdt = {}, qde = {}}
+    p = p + 3
   end
-  local na = tonumber(ARGV[p])
+  local R = tonumber(ARGV[p])
   p = p + 1
-  local rt = {}
-  rts[r] = rt
-  OPS[op](gs, p, rt)
-  p = p + na
-end
-local info = {}
-for i = 1, G do
-  local g = groups[i]
-  if g.o then
-    local nx, rl, pl = finish(g)
-    info[3 * i - 2] = nx
-    info[3 * i - 1] = rl
-    info[3 * i] = pl
-  else
-    info[3 * i - 2] = -2
-    info[3 * i - 1] = -1
-    info[3 * i] = -1
-  end
-end
-local res, n = {}, 0
-for r = 1, R do
-  local rt = rts[r]
-  if rt.subs then
-    for i, sub in ipairs(rt.subs) do
-      rt[2] = rt[2] + sub[2]
-      rt[2 + i] = sub[2]
+  local rts, one = {}, {}
+  for r = 1, R do
+    local op, ng = ARGV[p], tonumber(ARGV[p + 1])
+    p = p + 2
+    local gs = one
+    if ng == 1 then
+      one[1] = groups[tonumber(ARGV[p])]
+      p = p + 1
+    else
+      gs = {}
+      for j = 1, ng do gs[j] = groups[tonumber(ARGV[p])]; p = p + 1 end
     end
-  elseif rt.pairs then
-    for i, sub in ipairs(rt.pairs) do
-      rt[2 * i] = sub[1]
-      rt[2 * i + 1] = sub[2]
+    local na = tonumber(ARGV[p])
+    p = p + 1
+    local rt = {}
+    rts[r] = rt
+    OPS[op](gs, p, rt)
+    p = p + na
+  end
+  local info = {}
+  for i = 1, G do
+    local g = groups[i]
+    if g.o then
+      local nx, rl, pl = finish(g)
+      info[3 * i - 2] = nx
+      info[3 * i - 1] = rl
+      info[3 * i] = pl
+    else
+      info[3 * i - 2] = -2
+      info[3 * i - 1] = -1
+      info[3 * i] = -1
     end
   end
-  local k = #rt
-  res[n + 1] = k
-  for i = 1, k do res[n + 1 + i] = rt[i] end
-  n = n + 1 + k
+  local res, n = {}, 0
+  for r = 1, R do
+    local rt = rts[r]
+    if rt.cnts then
+      local c, big = rt.cnts, false
+      for i = 1, #c do
+        rt[2] = rt[2] + c[i]
+        if c[i] > 9 then big = true end
+      end
+      if big then
+        for i = 1, #c do rt[2 + i] = c[i] end
+      else
+        for i = 1, #c do c[i] = c[i] + 48 end
+        rt[3] = bytes(c)
+      end
+    elseif rt.codes then
+      rt[2] = bytes(rt.codes)
+    end
+    local k = #rt
+    res[n + 1] = k
+    for i = 1, k do res[n + 1 + i] = rt[i] end
+    n = n + 1 + k
+  end
+  return {res, info}
 end
-return {res, info}
