@@ -115,8 +115,10 @@ struct pusher {
     CURL *idle[64];        /* easy handles kept for reuse */
     size_t nidle;
     uint64_t inflight;     /* deliveries not yet ended */
+    uint32_t reserving;    /* topics with a reserve in flight */
     struct delivery *all;  /* every delivery not yet ended */
     struct delivery *done_head, *done_tail; /* finished transfers to settle */
+    struct pusher **listing; /* the first TOPICS, while in flight */
     bool stopping;
 };
 
@@ -747,8 +749,13 @@ static void delivery_start(struct pusher *p, struct ptopic *t,
 static void reserve_cb(void *pd, const struct dq_result *res) {
     struct ptopic *t = pd;
     struct pusher *p = t->p;
+    if (!p) { /* the pusher went first: the jobs come back after their lease */
+        dq_free(t);
+        return;
+    }
     uint32_t want = p->cfg.concurrency - t->held;
     t->reserving = false;
+    p->reserving--;
     if (res->status != DQ_OK) {
         /* the store is down or refuses changes: try again in a while */
         t->dirty = true;
@@ -778,6 +785,7 @@ static void pump_cb(evutil_socket_t fd, short what, void *arg) {
         if (!p->stopping && !t->reserving && t->dirty &&
             t->held < p->cfg.concurrency) {
             t->reserving = true;
+            p->reserving++;
             core_reserve_push(p->core, topic_name(t),
                               p->cfg.concurrency - t->held, reserve_cb, t);
         } else {
@@ -799,7 +807,10 @@ static void retry_cb(evutil_socket_t fd, short what, void *arg) {
 
 /* At start: every topic may hold push jobs that were ready before. */
 static void topics_cb(void *pd, const struct dq_result *res) {
-    struct pusher *p = pd;
+    struct pusher **box = pd, *p = *box;
+    dq_free(box);
+    if (!p) return; /* the pusher went first */
+    p->listing = NULL;
     if (res->status != DQ_OK) {
         log_warn("push: cannot list topics at start: %s",
                  res->errmsg ? res->errmsg : dq_status_code(res->status));
@@ -876,7 +887,9 @@ struct pusher *pusher_new(struct event_base *base, struct core *core,
                                  : 1024));
     if (core_can_push(core)) {
         core_set_push_ready(core, on_push_ready, p);
-        core_topics(core, topics_cb, p);
+        p->listing = xmalloc(sizeof *p->listing);
+        *p->listing = p;
+        core_topics(core, topics_cb, p->listing);
     }
     return p;
 }
@@ -885,9 +898,19 @@ void pusher_stop(struct pusher *p) {
     if (p) p->stopping = true;
 }
 
-bool pusher_idle(const struct pusher *p) { return !p || p->inflight == 0; }
+bool pusher_idle(const struct pusher *p) {
+    return !p || (p->inflight == 0 && p->reserving == 0 && !p->listing);
+}
 
 static void free_entry(void *ud, struct hnode *n) { dq_free(n); }
+
+/* A topic whose reserve is in flight is left to reserve_cb (the core's
+ * store completes every call when it closes, after the pusher). */
+static void free_topic(void *ud, struct hnode *n) {
+    struct ptopic *t = (struct ptopic *)n;
+    if (t->reserving) t->p = NULL;
+    else dq_free(t);
+}
 
 /* Deliveries still with curl are dropped (their jobs stay reserved and come
  * back when their lease ends); those waiting for the core to settle them
@@ -925,8 +948,9 @@ void pusher_free(struct pusher *p) {
     if (p->settle) event_free(p->settle);
     if (p->qcheck) event_free(p->qcheck);
     if (p->mac) EVP_MAC_free(p->mac);
-    htab_foreach(&p->topics, free_entry, NULL);
+    htab_foreach(&p->topics, free_topic, NULL);
     htab_destroy(&p->topics);
+    if (p->listing) *p->listing = NULL;
     htab_foreach(&p->hosts, free_entry, NULL);
     htab_destroy(&p->hosts);
     dq_free(p);

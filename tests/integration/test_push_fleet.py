@@ -142,3 +142,4 @@ def test_cluster_fleet_delivers_each_push_job_once(procs, recv):
     fleet = [procs.delayqd(url, "--push-concurrency", 4) for _ in range(2)]
     rc = slow_receiver(recv, 0.01)
     fleet_delivers_each_once(fleet, rc, "t", 300)
+
