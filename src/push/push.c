@@ -89,9 +89,9 @@ struct delivery {
     uint32_t attempts, ttr, backoff_cap;
     long status;     /* HTTP status, 0 = none */
     CURLcode result;
-    struct dq_str id, body, url;
+    struct dq_str id, body, url, ct;
     char err[CURL_ERROR_SIZE];
-    char data[];     /* id, body, url, then NUL */
+    char data[];     /* id, body, url, NUL, content type */
 };
 
 struct pusher {
@@ -112,7 +112,7 @@ struct pusher {
     struct secret secrets[SECRETS_MAX];
     size_t nsecrets;
     EVP_MAC *mac;
-    CURL *idle[64];        /* easy handles kept for reuse */
+    CURL *idle[PUSH_HOST_CONNECTIONS]; /* easy handles kept for reuse */
     size_t nidle;
     uint64_t inflight;     /* deliveries not yet ended */
     uint32_t reserving;    /* topics with a reserve in flight */
@@ -388,6 +388,9 @@ static void settle(struct delivery *d) {
 
 /* --- receivers: at most PUSH_HOST_CONNECTIONS transfers each in curl ------ */
 
+static CURL *easy_get(struct pusher *p);
+static void build_headers(struct pusher *p, struct delivery *d);
+
 static uint64_t phost_hash(const struct hnode *n) {
     return ((const struct phost *)n)->hash;
 }
@@ -425,7 +428,10 @@ static void done_push(struct pusher *p, struct delivery *d) {
 }
 
 /* Hands d's transfer to curl with what is left of its timeout (the time it
- * waited for its receiver counts), or fails it if nothing is left. */
+ * waited for its receiver counts), or fails it if nothing is left. The
+ * request (headers, signature, handle) is made here, so a delivery waiting
+ * for its receiver costs no curl handle, and its timestamp is when it is
+ * sent. */
 static void transfer_start(struct pusher *p, struct delivery *d) {
     int64_t left = d->timeout_ms - (clock_us() - d->start_us) / 1000;
     if (left <= 0) {
@@ -437,7 +443,22 @@ static void transfer_start(struct pusher *p, struct delivery *d) {
         done_push(p, d);
         return;
     }
-    curl_easy_setopt(d->easy, CURLOPT_TIMEOUT_MS, (long)left);
+    CURL *e = easy_get(p);
+    if (!e) {
+        d->h = NULL;
+        d->result = CURLE_OUT_OF_MEMORY;
+        done_push(p, d);
+        return;
+    }
+    d->easy = e;
+    build_headers(p, d);
+    curl_easy_setopt(e, CURLOPT_URL, d->url.p);
+    curl_easy_setopt(e, CURLOPT_PRIVATE, d);
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, d->hdrs);
+    curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)d->body.len);
+    curl_easy_setopt(e, CURLOPT_POSTFIELDS, d->body.p);
+    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, d->err);
+    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)left);
     d->sent_us = clock_us();
     d->h->active++;
     if (curl_multi_add_handle(p->multi, d->easy) != CURLM_OK) {
@@ -652,13 +673,13 @@ static void add_header(struct delivery *d, const char *fmt, ...) {
 }
 
 /* The headers of §9. */
-static void build_headers(struct pusher *p, struct delivery *d,
-                          const struct dq_job *j) {
+static void build_headers(struct pusher *p, struct delivery *d) {
     int64_t ts = clock_ms() / 1000;
+    struct dq_str topic = topic_name(d->t);
     char wid[DQ_TOPIC_MAX + DQ_ID_MAX + 2];
-    int widlen = snprintf(wid, sizeof wid, "%.*s/%.*s", (int)j->topic.len,
-                          j->topic.p, (int)j->id.len, j->id.p);
-    struct dq_str ct = j->content_type;
+    int widlen = snprintf(wid, sizeof wid, "%.*s/%.*s", (int)topic.len,
+                          topic.p, (int)d->id.len, d->id.p);
+    struct dq_str ct = d->ct;
     if (ct.len == 0) ct = (struct dq_str){DQ_CTYPE_DEFAULT, strlen(DQ_CTYPE_DEFAULT)};
     add_header(d, "Content-Type: %.*s", (int)ct.len, ct.p);
     add_header(d, "webhook-id: %s", wid);
@@ -677,16 +698,16 @@ static void build_headers(struct pusher *p, struct delivery *d,
         }
         add_header(d, "webhook-signature: %s", sigs);
     }
-    add_header(d, "delayq-topic: %.*s", (int)j->topic.len, j->topic.p);
-    add_header(d, "delayq-attempt: %" PRIu32, j->attempts);
-    add_header(d, "delayq-due: %" PRId64, j->due);
+    add_header(d, "delayq-topic: %.*s", (int)topic.len, topic.p);
+    add_header(d, "delayq-attempt: %" PRIu32, d->attempts);
+    add_header(d, "delayq-due: %" PRId64, d->due);
     add_header(d, "Expect:"); /* no 100-continue round trip */
 }
 
 static void delivery_start(struct pusher *p, struct ptopic *t,
                            const struct dq_job *j) {
-    struct delivery *d = xcalloc(
-        1, sizeof *d + j->id.len + j->body.len + j->url.len + 1);
+    struct delivery *d = xcalloc(1, sizeof *d + j->id.len + j->body.len +
+                                        j->url.len + 1 + j->content_type.len);
     d->p = p;
     d->t = t;
     char *q = d->data;
@@ -699,6 +720,9 @@ static void delivery_start(struct pusher *p, struct ptopic *t,
     memcpy(q, j->url.p, j->url.len);
     d->url = (struct dq_str){q, j->url.len};
     q[j->url.len] = '\0';
+    q += j->url.len + 1;
+    if (j->content_type.len) memcpy(q, j->content_type.p, j->content_type.len);
+    d->ct = (struct dq_str){q, j->content_type.len};
     d->due = j->due;
     d->attempts = j->attempts;
     d->ttr = j->ttr;
@@ -725,22 +749,8 @@ static void delivery_start(struct pusher *p, struct ptopic *t,
         return;
     }
 
-    CURL *e = easy_get(p);
-    if (!e) {
-        d->result = CURLE_OUT_OF_MEMORY;
-        settle(d);
-        return;
-    }
-    d->easy = e;
-    build_headers(p, d, j);
     d->timeout_ms = p->cfg.timeout_ms;
     if (d->timeout_ms > (int64_t)d->ttr) d->timeout_ms = d->ttr;
-    curl_easy_setopt(e, CURLOPT_URL, q);
-    curl_easy_setopt(e, CURLOPT_PRIVATE, d);
-    curl_easy_setopt(e, CURLOPT_HTTPHEADER, d->hdrs);
-    curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)d->body.len);
-    curl_easy_setopt(e, CURLOPT_POSTFIELDS, d->body.p);
-    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, d->err);
     host_admit(p, host_get(p, &u), d);
 }
 
@@ -912,10 +922,11 @@ static void free_topic(void *ud, struct hnode *n) {
     else dq_free(t);
 }
 
-/* Deliveries still with curl are dropped (their jobs stay reserved and come
- * back when their lease ends); those waiting for the core to settle them
- * are orphaned: their callback frees them when it comes (the core's store
- * completes everything when it closes). */
+/* Deliveries not yet settled (with curl, waiting for their receiver, or
+ * finished and not yet settled) are dropped: their jobs stay reserved and
+ * come back when their lease ends. Those waiting for the core to settle
+ * them are orphaned: their callback frees them when it comes (the core's
+ * store completes everything when it closes). */
 static void drop_deliveries(struct pusher *p) {
     struct delivery *d = p->all;
     while (d) {
@@ -924,13 +935,9 @@ static void drop_deliveries(struct pusher *p) {
             curl_multi_remove_handle(p->multi, d->easy);
             curl_easy_cleanup(d->easy);
             d->easy = NULL;
-            if (!d->end_us) { /* not yet settled */
-                delivery_free(d);
-                d = next;
-                continue;
-            }
         }
-        d->p = NULL;
+        if (!d->end_us) delivery_free(d); /* not yet settled: no call to wait for */
+        else d->p = NULL;                 /* its ACK or NACK completes later */
         d = next;
     }
     p->all = NULL;
