@@ -4,7 +4,8 @@
  * value it synced, which wal_durable compares with a commit's mark. A new
  * segment is handed over as a dup the thread owns: it syncs and closes the
  * old one. A failed sync is left in an atomic for the writer to notice
- * (it breaks the log). The thread never touches the loop's state.
+ * (it breaks the log). The thread touches nothing of the loop's but these
+ * atomics and the fsync figures below.
  *
  * Also here: the durations of the log's syncs (delayq_fsync_duration_seconds),
  * measured by whichever thread syncs and handed to the loop in atomics.
