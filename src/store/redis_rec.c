@@ -1,8 +1,8 @@
-/* redis_rec.c -- the Redis store's job record (the pool hash's value; see
- * redis_int.h for the layout and lua/delayq.lua for how the script reads
- * it): written for an ADD, read back for GET and RESERVE. */
+/* redis_rec.c -- the Redis store's job record (the pool hash's value; the
+ * layout is in redis_rec.h, and lua/delayq.lua reads it too): written for an
+ * ADD, read back for GET and RESERVE. */
 #include <string.h>
-#include "store/redis_int.h"
+#include "store/redis_rec.h"
 
 static void put32(unsigned char *p, uint32_t v);
 static void putdouble(unsigned char *p, int64_t v);
