@@ -226,6 +226,8 @@ void rs_on_message(void *ud, const char *msg, size_t len) {
     if (!s->configured || s->closing) return;
     /* "<inst> <shard> <due or -1> <ready> <topic>"; ready: 1 jobs became
      * ready, 2 push jobs did, 3 both */
+    size_t il = strlen(s->inst);
+    if (len > il && memcmp(msg, s->inst, il) == 0 && msg[il] == ' ') return; /* our own */
     char buf[512];
     if (len >= sizeof buf) return;
     memcpy(buf, msg, len);

@@ -269,13 +269,25 @@ end
 
 -- --- runs of queued requests ---------------------------------------------
 
--- adds: q holds the ARGV index of each add's (id record due member flags),
--- qt/qe where its result goes: qt[i][qe[i]] = 48 + code * 2 + (1 if the
--- id was new), a byte of the request's result string. No table per add:
--- a table costs more Lua than the rest of an add.
-local function run_add(g, q, qt, qe)
-  local ids = {}
-  for i = 1, #q do ids[i] = ARGV[q[i]] end
+-- adds: q holds runs of adds as they came in requests: q[k] the ARGV
+-- index of the run's first (id record due member flags), qm[k] how many,
+-- qt[k] the request's result bytes (48 + code * 2 + 1 if the id was new,
+-- from qe[k] on). No table or function call per add: in Lua those cost
+-- more than the rest of an add.
+local function run_add(g, q, qm, qt, qe)
+  local ids, at, bt, bi = {}, {}, {}, {}
+  local n = 0
+  for k = 1, #q do
+    local a, t, e = q[k], qt[k], qe[k]
+    for x = 0, qm[k] - 1 do
+      n = n + 1
+      ids[n] = ARGV[a]
+      at[n] = a
+      bt[n] = t
+      bi[n] = e + x
+      a = a + 5
+    end
+  end
   local ex = hmget(g.pool, ids)
   local hs, pr, pp, pz, seen = {}, {}, {}, {}, {}
   local nh, npr, nz = 0, 0, 0
@@ -285,8 +297,8 @@ local function run_add(g, q, qt, qe)
     if nz > 0 then callv('ZADD', g.delay, pz); pz = {}; nz = 0 end
   end
   local added = 0
-  for i = 1, #q do
-    local a, id = q[i], ids[i]
+  for i = 1, n do
+    local a, id = at[i], ids[i]
     local rec = ARGV[a + 1]
     local code, new = OK, 1
     if ex[i] or seen[id] then
@@ -301,14 +313,14 @@ local function run_add(g, q, qt, qe)
         else unlink(g, id, old) end
       end
     end
-    qt[i][qe[i]] = 48 + code * 2 + new
+    bt[i][bi[i]] = 48 + code * 2 + new
     if code == OK then
       seen[id] = true
       hs[nh + 1] = id
       hs[nh + 2] = rec
       nh = nh + 2
       if sbyte(rec, 1) == READY then
-        if precord(rec) then pp[#pp + 1] = id else npr = npr + 1; pr[npr] = id end
+        if sbyte(rec, 47) >= 128 then pp[#pp + 1] = id else npr = npr + 1; pr[npr] = id end
       else
         local due = ARGV[a + 2]
         pz[nz + 1] = due
@@ -334,7 +346,9 @@ local function take(g, ids, oid, orec)
     local r = recs[i]
     if r then
       local id = ids[i]
-      local att, ttr = sunpack('<II', r, 2)
+      local a1, a2, a3, a4, t1, t2, t3, t4 = sbyte(r, 2, 9)
+      local att = a1 + a2 * 256 + a3 * 65536 + a4 * 16777216
+      local ttr = t1 + t2 * 256 + t3 * 65536 + t4 * 16777216
       local p = pdl[ttr]
       if not p then
         p = spack('<d', now + ttr)
@@ -395,15 +409,23 @@ local function run_reserve(g, q, qt)
   end
 end
 
--- del / ack: q holds the ARGV index of each request's first id, qn how
--- many ids, qf 'acked' or 'deleted', qt/qe where its count goes (added to
--- qt[i][qe[i]]). Fast path: every id was reserved (ZREM removed them all,
--- so none was named twice).
-local function run_del(g, q, qn, qf, qt, qe)
-  local all, n = {}, 0
-  for i = 1, #q do
-    local a = q[i]
-    for x = a, a + qn[i] - 1 do n = n + 1; all[n] = ARGV[x] end
+-- del / ack: q holds runs of requests: q[k] the ARGV index of the run's
+-- first request (its count n, then n ids, then the next request), qm[k]
+-- how many requests, qf[k] 'acked' or 'deleted', qt[k] where their counts
+-- go (added to qt[k][qe[k]] on). Fast path: every id was reserved (ZREM
+-- removed them all, so none was named twice).
+local function run_del(g, q, qm, qf, qt, qe)
+  local all, ns, n = {}, {}, 0
+  local nr = 0
+  for k = 1, #q do
+    local p = q[k]
+    for _ = 1, qm[k] do
+      local c = tonumber(ARGV[p])
+      nr = nr + 1
+      ns[nr] = c
+      for x = p + 1, p + c do n = n + 1; all[n] = ARGV[x] end
+      p = p + 1 + c
+    end
   end
   local removed = 0
   for i = 1, n, CHUNK do
@@ -412,40 +434,50 @@ local function run_del(g, q, qn, qf, qt, qe)
   cnt(g, 'xlease', removed)
   if removed == n then
     callv('HDEL', g.pool, all)
-    local acked = 0
-    for i = 1, #q do
-      local t, e, k = qt[i], qe[i], qn[i]
-      t[e] = t[e] + k
-      if qf[i] == 'acked' then acked = acked + k end
+    local r, acked = 0, 0
+    for k = 1, #q do
+      local t, e = qt[k], qe[k]
+      local sum = 0
+      for x = 0, qm[k] - 1 do
+        r = r + 1
+        t[e + x] = t[e + x] + ns[r]
+        sum = sum + ns[r]
+      end
+      if qf[k] == 'acked' then acked = acked + sum end
     end
     cnt(g, 'acked', acked)
     cnt(g, 'deleted', n - acked)
     return
   end
   -- those that were reserved left the lease zset above
-  for i = 1, #q do
-    local k, a = 0, q[i]
-    for x = a, a + qn[i] - 1 do
-      local id = ARGV[x]
-      local r = call('HGET', g.pool, id)
-      if r then
-        if sbyte(r, 1) ~= RESERVED then unlink(g, id, r) end
-        call('HDEL', g.pool, id)
-        k = k + 1
+  local r = 0
+  for k = 1, #q do
+    local t, e, p = qt[k], qe[k], q[k]
+    for x = 0, qm[k] - 1 do
+      r = r + 1
+      local c = 0
+      for y = p + 1, p + ns[r] do
+        local id = ARGV[y]
+        local rec = call('HGET', g.pool, id)
+        if rec then
+          if sbyte(rec, 1) ~= RESERVED then unlink(g, id, rec) end
+          call('HDEL', g.pool, id)
+          c = c + 1
+        end
       end
+      p = p + 1 + ns[r]
+      t[e + x] = t[e + x] + c
+      cnt(g, qf[k], c)
     end
-    local t, e = qt[i], qe[i]
-    t[e] = t[e] + k
-    cnt(g, qf[i], k)
   end
 end
 
 -- completes the group's queued run
 local function sync(g)
   if g.qa[1] then
-    local q, qt, qe = g.qa, g.qat, g.qae
-    g.qa, g.qat, g.qae = {}, {}, {}
-    run_add(g, q, qt, qe)
+    local q, qm, qt, qe = g.qa, g.qam, g.qat, g.qae
+    g.qa, g.qam, g.qat, g.qae = {}, {}, {}, {}
+    run_add(g, q, qm, qt, qe)
   end
   if g.qr[1] then
     local q, qt = g.qr, g.qrt
@@ -453,20 +485,18 @@ local function sync(g)
     run_reserve(g, q, qt)
   end
   if g.qd[1] then
-    local q, qn, qf, qt, qe = g.qd, g.qdn, g.qdf, g.qdt, g.qde
-    g.qd, g.qdn, g.qdf, g.qdt, g.qde = {}, {}, {}, {}, {}
-    run_del(g, q, qn, qf, qt, qe)
+    local q, qm, qf, qt, qe = g.qd, g.qdm, g.qdf, g.qdt, g.qde
+    g.qd, g.qdm, g.qdf, g.qdt, g.qde = {}, {}, {}, {}, {}
+    run_del(g, q, qm, qf, qt, qe)
   end
 end
 
--- queues an add (ARGV index a; its result byte goes to t[e]); a run of
--- adds ends at the first reserve or del/ack
-local function qadd(g, a, t, e)
+-- queues m adds from ARGV index a on (5 values each); their result bytes
+-- go to t[e...]. A run of adds ends at the first reserve or del/ack.
+local function qadd(g, a, m, t, e)
   if g.qr[1] or g.qd[1] then sync(g) end
-  local n = #g.qa
-  if n >= CHUNK then sync(g); n = 0 end
-  n = n + 1
-  g.qa[n], g.qat[n], g.qae[n] = a, t, e
+  local n = #g.qa + 1
+  g.qa[n], g.qam[n], g.qat[n], g.qae[n] = a, m, t, e
 end
 
 -- queues a single-group reserve of need jobs, handed to rt
@@ -478,13 +508,12 @@ local function qreserve(g, need, rt)
   g.qr[n], g.qrt[n] = need, rt
 end
 
--- queues a del/ack of the n ids at ARGV[a...]; its count is added to t[e]
-local function qdel(g, a, n, field, t, e)
+-- queues m del/ack requests from ARGV index a on (each a count n, then n
+-- ids); their counts are added to t[e...]
+local function qdel(g, a, m, field, t, e)
   if g.qa[1] then sync(g) end
-  local x = #g.qd
-  if x >= CHUNK then sync(g); x = 0 end
-  x = x + 1
-  g.qd[x], g.qdn[x], g.qdf[x], g.qdt[x], g.qde[x] = a, n, field, t, e
+  local x = #g.qd + 1
+  g.qd[x], g.qdm[x], g.qdf[x], g.qdt[x], g.qde[x] = a, m, field, t, e
 end
 
 -- first touch of a group in this call: note its next due time (what the
@@ -549,11 +578,7 @@ OPS.adds = function(gs, a, rt)
   if not g.o then open(g, g.cf ~= '1') end
   local m = tonumber(ARGV[a])
   local codes = {}
-  local p = a + 1
-  for e = 1, m do
-    qadd(g, p, codes, e)
-    p = p + 5
-  end
+  qadd(g, a + 1, m, codes, 1)
   rt[1] = OK
   rt.codes = codes
 end
@@ -572,21 +597,16 @@ OPS.del = function(gs, a, rt)
     local g = gs[1]
     if not g.o then open(g, true) end
     local m = tonumber(ARGV[p])
-    p = p + 1
     local cnts = {}
-    for e = 1, m do
-      local n = tonumber(ARGV[p])
-      cnts[e] = 0
-      qdel(g, p + 1, n, field, cnts, e)
-      p = p + 1 + n
-    end
+    for e = 1, m do cnts[e] = 0 end
+    qdel(g, p + 1, m, field, cnts, 1)
     rt.cnts = cnts
     return
   end
   for _, g in ipairs(gs) do
     if not g.o then open(g, true) end
     local n = tonumber(ARGV[p])
-    qdel(g, p + 1, n, field, rt, 2)
+    qdel(g, p, 1, field, rt, 2)
     p = p + 1 + n
   end
 end
@@ -932,7 +952,8 @@ local function main(keys, args)
     groups[i] = {pool = KEYS[b + 1], ready = KEYS[b + 2], delay = KEYS[b + 3],
       lease = KEYS[b + 4], dead = KEYS[b + 5], stats = KEYS[b + 6], pready = KEYS[b + 7],
       topic = ARGV[p], shard = ARGV[p + 1], cf = ARGV[p + 2],
-      qa = {}, qat = {}, qae = {}, qr = {}, qrt = {}, qd = {}, qdn = {}, qdf = {}, qdt = {}, qde = {}}
+      qa = {}, qam = {}, qat = {}, qae = {},
+      qr = {}, qrt = {}, qd = {}, qdm = {}, qdf = {}, qdt = {}, qde = {}}
     p = p + 3
   end
   local R = tonumber(ARGV[p])
