@@ -15,7 +15,6 @@ static const redisReply *str_at(const redisReply *a, size_t i);
 static uint32_t le32(const unsigned char *p);
 static int64_t ledouble(const unsigned char *p);
 static void rec_decode(struct dq_job *j, const unsigned char *h);
-static struct rjob *job_push(struct rreq *rq);
 static void unit_result(struct unit *u, const redisReply *e);
 static void map_error(struct rreq *rq, const char *msg);
 static void map_noreply(struct rreq *rq, const char *err, bool sent);
@@ -69,15 +68,6 @@ static void rec_decode(struct dq_job *j, const unsigned char *h) {
     j->deadline = ledouble(h + 38);
 }
 
-static struct rjob *job_push(struct rreq *rq) {
-    if (rq->njobs == rq->jcap) {
-        rq->jcap = rq->jcap ? rq->jcap * 2 : 4;
-        rq->jobs = xrealloc(rq->jobs, rq->jcap * sizeof *rq->jobs);
-    }
-    struct rjob *x = &rq->jobs[rq->njobs++];
-    memset(x, 0, sizeof *x);
-    return x;
-}
 
 
 
@@ -120,14 +110,12 @@ static void unit_result(struct unit *u, const redisReply *e) {
             if (gi < 1 || (size_t)gi > u->ng || !id || !rec || rec->len < REC_HDR)
                 continue;
             struct rshard *sh = rq->gs[u->g0 + (size_t)gi - 1];
-            struct rjob *x = job_push(rq);
-            x->topic = rs_arena_put(rq, sh->t->name, sh->t->len);
-            x->tlen = sh->t->len;
-            x->id = rs_arena_put(rq, id->str, id->len);
-            x->ilen = id->len;
-            x->body = rs_arena_put(rq, rec->str + REC_HDR, rec->len - REC_HDR);
-            x->blen = rec->len - REC_HDR;
-            rec_decode(&x->j, (const unsigned char *)rec->str);
+            struct dq_job j = {
+                .topic = {sh->t->name, sh->t->len}, .id = {id->str, id->len},
+                .body = {rec->str + REC_HDR, rec->len - REC_HDR},
+            };
+            rec_decode(&j, (const unsigned char *)rec->str);
+            res_job(&rq->set, &rq->res, &j);
             if (rq->count) rq->count--;
         }
         break;
@@ -419,14 +407,11 @@ static void get_cb(void *pd, redisReply *r, const char *err, bool sent) {
         map_error(rq, r->str);
     } else if (r->type == REDIS_REPLY_STRING && r->len >= REC_HDR) {
         const unsigned char *h = (const unsigned char *)r->str;
-        struct rjob *x = job_push(rq);
-        x->topic = rs_arena_put(rq, rq->topic.p, rq->topic.len);
-        x->tlen = rq->topic.len;
-        x->id = rs_arena_put(rq, rq->ids[0].p, rq->ids[0].len);
-        x->ilen = rq->ids[0].len;
-        x->body = rs_arena_put(rq, r->str + REC_HDR, r->len - REC_HDR);
-        x->blen = r->len - REC_HDR;
-        struct dq_job *j = &x->j;
+        struct dq_job job = {
+            .topic = rq->topic, .id = rq->ids[0],
+            .body = {r->str + REC_HDR, r->len - REC_HDR},
+        };
+        struct dq_job *j = &job;
         rec_decode(j, h);
         /* what the next carry will make of it, which is the truth now */
         int64_t now = now_ms(rq->s);
@@ -437,6 +422,7 @@ static void get_cb(void *pd, redisReply *r, const char *err, bool sent) {
             j->state = j->attempts <= j->retries ? DQ_READY : DQ_DEAD;
         }
         if (j->state != DQ_RESERVED) j->deadline = 0;
+        res_job(&rq->set, &rq->res, j);
     } else if (r->type != REDIS_REPLY_NIL) {
         rs_req_fail(rq, DQ_UNAVAILABLE, "unexpected reply from Redis");
     }
