@@ -3,6 +3,7 @@ bodies both ways, and jobs crossing between the two doors. (The semantic tests o
 test_commands/test_transitions/test_blocking also run through this door: see conftest.)"""
 
 import base64
+import email.utils
 import json
 import socket
 import time
@@ -392,3 +393,23 @@ def test_server_at_a_glance_for_the_dashboard(make_server):
     assert by["b"]["jobs"]["delayed"] == 1
     st, doc, _ = req(srv, "GET", "/v1/info")
     assert st == 404 and doc["error"] == "NOTFOUND"
+
+def test_replies_carry_one_date_header(server):
+    """The Date header (formatted once a second by the server, not by evhttp
+    per reply) is there once, in RFC 7231 form, and current."""
+    s = socket.create_connection(("127.0.0.1", server.http_port))
+    try:
+        for path in (b"/v1/topics", b"/nope"):
+            s.sendall(b"GET " + path + b" HTTP/1.1\r\nHost: t\r\n\r\n")
+            data = b""
+            while b"\r\n\r\n" not in data or not data.rstrip().endswith(b"}"):
+                chunk = s.recv(4096)
+                assert chunk
+                data += chunk
+            head = data.split(b"\r\n\r\n")[0].decode().split("\r\n")
+            dates = [l.split(":", 1)[1].strip() for l in head if l.lower().startswith("date:")]
+            assert len(dates) == 1, head
+            when = email.utils.parsedate_to_datetime(dates[0])
+            assert dates[0].endswith(" GMT") and abs(when.timestamp() - time.time()) < 5
+    finally:
+        s.close()
