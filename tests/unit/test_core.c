@@ -257,6 +257,16 @@ static void test_waiting_reserve_times_out_empty(void **state) {
     assert_int_equal(s.njobs, 0);
 }
 
+/* The job is ready and was never handed out (or was given back). */
+static void assert_ready_unattempted(struct fixture *fx, const char *topic,
+                                     const char *id) {
+    struct seen g = {0};
+    core_get(fx->core, S(topic), S(id), record, &g);
+    wait_for(fx, &g);
+    assert_int_equal(g.job.state, DQ_READY);
+    assert_int_equal(g.job.attempts, 0);
+}
+
 /* A cancelled wait never calls back, and a job that turns ready after it
  * stays ready for the next client. */
 static void test_cancelled_wait_leaves_the_job_ready(void **state) {
@@ -270,11 +280,7 @@ static void test_cancelled_wait_leaves_the_job_ready(void **state) {
     add_ok(fx, "q", "j1");
     for (int i = 0; i < 10; i++) event_base_loop(fx->base, EVLOOP_NONBLOCK);
     assert_int_equal(s.calls, 0);
-    struct seen g = {0};
-    core_get(fx->core, S("q"), S("j1"), record, &g);
-    wait_for(fx, &g);
-    assert_int_equal(g.job.state, DQ_READY);
-    assert_int_equal(g.job.attempts, 0);
+    assert_ready_unattempted(fx, "q", "j1");
 }
 
 /* A RESERVE that does not wait borrows the caller's topics for its one
@@ -298,11 +304,7 @@ static void test_no_wait_reserve_borrows_topics_and_can_be_cancelled(void **stat
         for (int k = 0; k < 3; k++) event_base_loop(fx->base, EVLOOP_NONBLOCK);
         assert_int_equal(s.calls, 0);
     }
-    struct seen g = {0};
-    core_get(fx->core, S("q"), S("j1"), record, &g);
-    wait_for(fx, &g);
-    assert_int_equal(g.job.state, DQ_READY);
-    assert_int_equal(g.job.attempts, 0);
+    assert_ready_unattempted(fx, "q", "j1");
     /* and not cancelled: the job, with fire lag recorded */
     strcpy(name, "q");
     struct seen s = {0};
