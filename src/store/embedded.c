@@ -187,6 +187,7 @@ static void commit_log(struct dq_store *s) {
         struct pending *p = &s->cur.items[i];
         if (!p->change) continue;
         res_clear(&p->r);
+        p->r.n = 0;
         p->r.status = DQ_IOERR;
         p->r.errmsg = msg;
     }

@@ -78,11 +78,7 @@ void res_stats(struct res_set *set, struct res *r,
     buf_append(&set->items, st, sizeof *st);
 }
 
-void res_clear(struct res *r) {
-    r->kind = RES_NONE;
-    r->n = 0;
-    r->cursor = 0;
-}
+void res_clear(struct res *r) { r->kind = RES_NONE; }
 
 void res_fire(struct res_set *set, struct res *r, dq_store_cb *cb,
               void *pd) {

@@ -63,8 +63,8 @@ void res_str(struct res_set *set, struct res *r, struct dq_str v);
 void res_strs(struct res_set *set, struct res *r);
 /* The stats result: a copy of st. */
 void res_stats(struct res_set *set, struct res *r, const struct dq_stats *st);
-/* Drops r's data (it stays in the set until res_reset) and its numbers:
- * a failed result tells only its status and errmsg. */
+/* Drops r's data (it stays in the set until res_reset): a failed result
+ * hands out no jobs, id, strings or stats. */
 void res_clear(struct res *r);
 
 /* Calls cb(pd, result) with r's fields and data. The data stays valid
