@@ -12,9 +12,7 @@
 
 static int64_t int_at(const redisReply *a, size_t i);
 static const redisReply *str_at(const redisReply *a, size_t i);
-static uint32_t le32(const unsigned char *p);
-static int64_t ledouble(const unsigned char *p);
-static void rec_decode(struct dq_job *j, const unsigned char *h);
+static int job_from_rec(struct dq_job *j, const char *rec, size_t len);
 static void unit_result(struct unit *u, const redisReply *e);
 static void map_error(struct rreq *rq, const char *msg);
 static void map_noreply(struct rreq *rq, const char *err, bool sent);
@@ -40,34 +38,20 @@ static const redisReply *str_at(const redisReply *a, size_t i) {
 
 /* --- records ------------------------------------------------------------- */
 
-
-static uint32_t le32(const unsigned char *p) {
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-           (uint32_t)p[3] << 24;
+/* Fills j's numbers and strings (body, push URL and content type: pointers
+ * into rec; topic and id left empty) from a record (redis_rec.c). Returns 0,
+ * or -1 if it is malformed. */
+static int job_from_rec(struct dq_job *j, const char *rec, size_t len) {
+    struct rec_view v;
+    *j = (struct dq_job){0};
+    if (rs_rec_read((const unsigned char *)rec, len, j, &v) != 0) return -1;
+    j->body = (struct dq_str){rec + v.body, v.blen};
+    if (v.ulen) {
+        j->url = (struct dq_str){rec + v.url, v.ulen};
+        j->content_type = (struct dq_str){rec + v.ct, v.clen};
+    }
+    return 0;
 }
-
-static int64_t ledouble(const unsigned char *p) {
-    uint64_t u = 0;
-    for (int i = 7; i >= 0; i--) u = u << 8 | p[i];
-    double d;
-    memcpy(&d, &u, sizeof d);
-    return (int64_t)d;
-}
-
-/* Fills the numbers of j from a record header (REC_HDR bytes). */
-static void rec_decode(struct dq_job *j, const unsigned char *h) {
-    j->state = (enum dq_state)h[0];
-    j->attempts = le32(h + 1);
-    j->ttr = le32(h + 5);
-    j->retries = le32(h + 9);
-    j->backoff.kind = h[13];
-    j->backoff.base = le32(h + 14);
-    j->backoff.max = le32(h + 18);
-    j->due = ledouble(h + 22);
-    j->created = ledouble(h + 30);
-    j->deadline = ledouble(h + 38);
-}
-
 
 
 
@@ -103,18 +87,18 @@ static void unit_result(struct unit *u, const redisReply *e) {
     case OP_NACK: case OP_TOUCH: case OP_RELEASE: case OP_KICKJOB:
         rq->n = int_at(e, 1);
         break;
-    case OP_RESERVE: /* gidx id record, per job */
+    case OP_RESERVE: case OP_RESERVE_PUSH: /* gidx id record, per job */
         for (size_t i = 1; i + 3 <= e->elements; i += 3) {
             int64_t gi = int_at(e, i);
             const redisReply *id = str_at(e, i + 1), *rec = str_at(e, i + 2);
             if (gi < 1 || (size_t)gi > u->ng || !id || !rec || rec->len < REC_HDR)
                 continue;
             struct rshard *sh = rq->gs[u->g0 + (size_t)gi - 1];
-            struct dq_job j = {
-                .topic = {sh->t->name, sh->t->len}, .id = {id->str, id->len},
-                .body = {rec->str + REC_HDR, rec->len - REC_HDR},
-            };
-            rec_decode(&j, (const unsigned char *)rec->str);
+            struct dq_job j;
+            if (job_from_rec(&j, rec->str, rec->len) != 0)
+                continue; /* malformed: its lease brings it back */
+            j.topic = (struct dq_str){sh->t->name, sh->t->len};
+            j.id = (struct dq_str){id->str, id->len};
             res_job(&rq->set, &rq->res, &j);
             if (rq->count) rq->count--;
         }
@@ -248,7 +232,7 @@ void rs_script_cb(void *pd, redisReply *r, const char *err, bool sent) {
     if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
         r->element[0]->type == REDIS_REPLY_ARRAY &&
         r->element[1]->type == REDIS_REPLY_ARRAY &&
-        r->element[1]->elements == 2 * sc->ng) {
+        r->element[1]->elements == 3 * sc->ng) {
         const redisReply *flat = r->element[0];
         views = xcalloc(sc->nreq ? sc->nreq : 1, sizeof *views);
         size_t pos = 0, i = 0;
@@ -273,7 +257,7 @@ void rs_script_cb(void *pd, redisReply *r, const char *err, bool sent) {
     if (info) {
         for (size_t g = 0; g < sc->ng; g++) {
             struct rshard *sh = sc->groups[g];
-            int64_t nx = int_at(info, 2 * g);
+            int64_t nx = int_at(info, 3 * g);
             if (nx == -2 || s->closing) continue; /* nothing new */
             int64_t next;
             if (nx <= -3) { /* jobs queued for that time: "at most" */
@@ -310,17 +294,36 @@ void rs_script_cb(void *pd, redisReply *r, const char *err, bool sent) {
                 redisReply sub = {.type = REDIS_REPLY_ARRAY, .elements = 1 + 3 * k,
                                   .element = tmp};
                 unit_result(u, &sub);
-            } else if (m->form == UM_ADDS && v->elements >= 3 + 2 * (size_t)m->sub) {
-                /* adds merged: code, then code and new per add */
-                redisReply sub = {.type = REDIS_REPLY_ARRAY, .elements = 2,
-                                  .element = v->element + 1 + 2 * m->sub};
-                unit_result(u, &sub);
-            } else if (m->form == UM_DELS && v->elements >= 3 + (size_t)m->sub) {
-                /* del/ack merged: code, sum, then each one's count */
+            } else if (m->form == UM_ADDS) {
+                /* adds merged: code, then a byte per add: '0' + code * 2 + new */
+                const redisReply *b = v->elements == 2 ? v->element[1] : NULL;
+                if (b && b->type == REDIS_REPLY_STRING && m->sub < b->len) {
+                    int x = (unsigned char)b->str[m->sub] - '0';
+                    redisReply code = {.type = REDIS_REPLY_INTEGER, .integer = x >> 1};
+                    redisReply isnew = {.type = REDIS_REPLY_INTEGER, .integer = x & 1};
+                    redisReply *e2[2] = {&code, &isnew};
+                    redisReply sub = {.type = REDIS_REPLY_ARRAY, .elements = 2, .element = e2};
+                    unit_result(u, &sub);
+                } else {
+                    rs_req_fail(rq, DQ_UNAVAILABLE, "unexpected reply from the Redis script");
+                }
+            } else if (m->form == UM_DELS) {
+                /* del/ack merged: code, sum, then a digit per request (all
+                 * counts below 10) or each one's count */
+                const redisReply *b = v->elements == 3 ? v->element[2] : NULL;
+                redisReply cnt = {.type = REDIS_REPLY_INTEGER};
                 tmp[0] = v->element[0];
-                tmp[1] = v->element[2 + m->sub];
+                if (b && b->type == REDIS_REPLY_STRING && m->sub < b->len) {
+                    cnt.integer = (unsigned char)b->str[m->sub] - '0';
+                    tmp[1] = &cnt;
+                } else if (v->elements >= 3 + (size_t)m->sub) {
+                    tmp[1] = v->element[2 + m->sub];
+                } else {
+                    tmp[1] = NULL;
+                }
                 redisReply sub = {.type = REDIS_REPLY_ARRAY, .elements = 2, .element = tmp};
-                unit_result(u, &sub);
+                if (tmp[1]) unit_result(u, &sub);
+                else rs_req_fail(rq, DQ_UNAVAILABLE, "unexpected reply from the Redis script");
             } else {
                 unit_result(u, v);
             }
@@ -334,13 +337,15 @@ void rs_script_cb(void *pd, redisReply *r, const char *err, bool sent) {
         }
         if (!wait) rs_unit_finished(rq); /* may free u */
     }
-    if (info && s->cfg.on_ready && !s->closing) {
+    if (info && !s->closing) {
         for (size_t g = 0; g < sc->ng; g++) {
-            int64_t rl = int_at(info, 2 * g + 1);
-            if (rl < 0) continue;
+            int64_t rl = int_at(info, 3 * g + 1), pl = int_at(info, 3 * g + 2);
             struct rtopic *t = sc->groups[g]->t;
-            s->cfg.on_ready(s->cfg.ud, (struct dq_str){t->name, t->len},
-                            s->K == 1 ? rl : -1);
+            struct dq_str name = {t->name, t->len};
+            if (rl >= 0 && s->cfg.on_ready)
+                s->cfg.on_ready(s->cfg.ud, name, s->K == 1 ? rl : -1);
+            if (pl >= 0 && s->cfg.on_push_ready)
+                s->cfg.on_push_ready(s->cfg.ud, name, s->K == 1 ? pl : -1);
         }
     }
     dq_free(views);
@@ -406,13 +411,15 @@ static void get_cb(void *pd, redisReply *r, const char *err, bool sent) {
     } else if (r->type == REDIS_REPLY_ERROR) {
         map_error(rq, r->str);
     } else if (r->type == REDIS_REPLY_STRING && r->len >= REC_HDR) {
-        const unsigned char *h = (const unsigned char *)r->str;
-        struct dq_job job = {
-            .topic = rq->topic, .id = rq->ids[0],
-            .body = {r->str + REC_HDR, r->len - REC_HDR},
-        };
+        struct dq_job job;
+        if (job_from_rec(&job, r->str, r->len) != 0) {
+            rs_req_fail(rq, DQ_UNAVAILABLE, "a malformed job record in Redis");
+            rs_req_complete(rq);
+            return;
+        }
+        job.topic = rq->topic;
+        job.id = rq->ids[0];
         struct dq_job *j = &job;
-        rec_decode(j, h);
         /* what the next carry will make of it, which is the truth now */
         int64_t now = now_ms(rq->s);
         if (j->state == DQ_DELAYED && j->due <= now) {
