@@ -184,7 +184,9 @@ struct evbuffer *hreq_body(struct hreq *r) {
  * off and reading back on, one loop turn later. Running its write event
  * now writes the reply in this turn instead, so those changes cancel out
  * before the poll (libevent's changelist) and no epoll_ctl is made. If the
- * socket is not writable, the bufferevent waits for it as before. */
+ * socket is not writable, the bufferevent waits for it as before.
+ * ev_write comes from event2/bufferevent_struct.h, which libevent documents
+ * as a layout later versions may change: checked against 2.1 (Debian 12). */
 static void write_now(struct evhttp_connection *evcon) {
     struct bufferevent *bev = evcon ? evhttp_connection_get_bufferevent(evcon)
                                     : NULL;
@@ -193,31 +195,10 @@ static void write_now(struct evhttp_connection *evcon) {
         event_active(&bev->ev_write, EV_WRITE, 1);
 }
 
-/* The Date header (RFC 7231), formatted once a second: evhttp would
- * format it for every reply (gmtime and a printf) when it is absent. */
-static const char *date_now(struct http_front *f) {
-    static const char *const day[] = {"Sun", "Mon", "Tue", "Wed", "Thu",
-                                      "Fri", "Sat"};
-    static const char *const mon[] = {"Jan", "Feb", "Mar", "Apr", "May",
-                                      "Jun", "Jul", "Aug", "Sep", "Oct",
-                                      "Nov", "Dec"};
-    time_t now = time(NULL);
-    if (now != f->date_at) {
-        struct tm tm;
-        gmtime_r(&now, &tm);
-        snprintf(f->date, sizeof f->date, "%s, %02d %s %04d %02d:%02d:%02d GMT",
-                 day[tm.tm_wday], tm.tm_mday, mon[tm.tm_mon],
-                 tm.tm_year + 1900, tm.tm_hour, tm.tm_min, tm.tm_sec);
-        f->date_at = now;
-    }
-    return f->date;
-}
-
 void hreq_send(struct hreq *r, int status, const char *content_type) {
     if (r->req) {
         struct evhttp_connection *evcon = evhttp_request_get_connection(r->req);
         struct evkeyvalq *h = evhttp_request_get_output_headers(r->req);
-        if (r->f) evhttp_add_header(h, "Date", date_now(r->f));
         evhttp_add_header(h, "Content-Type", content_type);
         evhttp_send_reply(r->req, status, reason(status), NULL);
         write_now(evcon);

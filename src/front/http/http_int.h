@@ -45,8 +45,6 @@ struct http_front {
     uint64_t inflight;
     bool stopping;
     int64_t started_ms;  /* unix ms, for the dashboard's uptime */
-    int64_t date_at;     /* the second `date` was formatted for */
-    char date[40];       /* the Date header of replies */
 };
 
 /* A connection that has sent at least one request. */
