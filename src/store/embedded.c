@@ -342,12 +342,6 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg) {
 
 /* --- giving memory back ------------------------------------------------------ */
 
-static int64_t mono_us(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 /* Jobs are malloc'd one by one, so after a PURGE or a drain their memory
  * is free inside the heap but still resident: malloc_trim hands the free
  * pages back to the kernel (MADV_DONTNEED). Done once the removals have
@@ -356,9 +350,9 @@ static int64_t mono_us(void) {
 static void trim_cb(evutil_socket_t fd, short what, void *arg) {
     struct dq_store *s = arg;
     s->trim_armed = false;
-    int64_t t0 = mono_us();
+    int64_t t0 = clock_mono_us();
     malloc_trim(0);
-    s->trim_us = mono_us() - t0;
+    s->trim_us = clock_mono_us() - t0;
     if (s->trim_us > s->trim_us_max) s->trim_us_max = s->trim_us;
     s->trims++;
     s->trim_peak = engine_count(s->eng) - engine_far_count(s->eng);
@@ -394,10 +388,10 @@ static void reap_soon(struct dq_store *s) {
 static void reap_cb(evutil_socket_t fd, short what, void *arg) {
     struct dq_store *s = arg;
     s->in_engine = 1;
-    int64_t t0 = mono_us();
+    int64_t t0 = clock_mono_us();
     bool more = engine_reap(s->eng, REAP_BUDGET);
     more |= engine_give_back(s->eng, RELEASE_PAGES) > 0;
-    int64_t took = mono_us() - t0;
+    int64_t took = clock_mono_us() - t0;
     if (took > s->reap_us_max) s->reap_us_max = took;
     s->in_engine = 0;
     if (more) {
