@@ -634,6 +634,10 @@ def _wait_ping(port, proc, timeout, what):
                 return
         except (OSError, ConnectionClosed) as e:
             last = e
+        except AssertionError as e:
+            # not RESP: another program took the port we picked (an HTTP server answers
+            # 400); ours fails to bind and exits, and the caller retries on another port
+            last = e
         time.sleep(0.01)
     raise RuntimeError("%s did not answer PING on port %d within %.0fs (%s)" % (what, port, timeout, last))
 
