@@ -91,6 +91,16 @@ int engine_add_far(struct engine *e, int64_t now, const struct dq_add *a,
 int engine_restore_far(struct engine *e, struct dq_str topic,
                        struct dq_str id, uint64_t ref);
 
+/* Recovery of many far jobs: engine_restore_far, later. Queues topic/id/ref
+ * (copying the id) and restores the queue, sorted by id-table bucket, when
+ * it is full or at engine_far_flush; jobs of one id keep their order. Until
+ * engine_far_flush returns, make no other engine call (none sees the queued
+ * jobs). Both return 0 or ENGINE_ENOMEM (queued jobs may then be lost: the
+ * recovery has failed). engine_far_flush frees the queue's memory. */
+int engine_far_queue(struct engine *e, struct dq_str topic, struct dq_str id,
+                     uint64_t ref);
+int engine_far_flush(struct engine *e);
+
 /* 1 and *ref if topic/id is a far job, else 0. */
 int engine_far_ref(const struct engine *e, struct dq_str topic,
                    struct dq_str id, uint64_t *ref);
