@@ -40,8 +40,9 @@
 #define PREFETCH_MAX 64   /* keys one engine_prefetch call looks at */
 #define PREFETCH_DEPTH 2  /* chain nodes it loads after the bucket */
 #define PURGE_NOW 4096    /* a PURGE of more jobs frees them later */
-#define FARQ_MAX (1u << 18)  /* far jobs engine_far_queue sorts at a time */
-#define FARQ_AHEAD 16        /* ... whose chains it loads ahead of use */
+#define FARQ_MAX (1u << 20)  /* far jobs engine_far_queue sorts at a time */
+#define FARQ_AHEAD 32        /* ... whose chains it loads ahead of use */
+#define STUBS_AHEAD_MIN (64u << 20) /* far entries worth faulting in ahead */
 
 struct topic;
 
@@ -136,6 +137,7 @@ struct engine {
     uint64_t nidle;
     struct wheel wheel;
     struct far_queue farq; /* engine_far_queue */
+    uint64_t expect_stubs; /* engine_expect_far: bytes of far entries */
 };
 
 /* --- small helpers ---------------------------------------------------------- */
@@ -503,6 +505,13 @@ static void job_remove(struct engine *e, struct job *j, uint64_t h) {
 
 /* --- API -------------------------------------------------------------------- */
 
+static void far_queue_free(struct far_queue *q) {
+    dq_free(q->p);
+    dq_free(q->tmp);
+    dq_free(q->ids);
+    memset(q, 0, sizeof *q);
+}
+
 struct engine *engine_new(const struct engine_config *cfg, int64_t now) {
     struct engine *e = dq_calloc(1, sizeof *e);
     if (!e) return NULL;
@@ -690,6 +699,8 @@ static int far_queue_run(struct engine *e) {
             uint32_t k = i + (uint32_t)(FARQ_AHEAD >> d);
             if (k < q->n) htab_prefetch(&q->p[k].t->far, q->p[k].h, d);
         }
+        if (i + FARQ_AHEAD / 2 < q->n)
+            __builtin_prefetch(q->ids + q->p[i + FARQ_AHEAD / 2].id_off);
         const struct far_pend *a = &q->p[i];
         rc = restore_far(e, a->t, (struct dq_str){q->ids + a->id_off, a->id_len},
                          a->h, a->ref);
@@ -697,13 +708,6 @@ static int far_queue_run(struct engine *e) {
     q->n = 0;
     q->ids_len = 0;
     return rc;
-}
-
-static void far_queue_free(struct far_queue *q) {
-    dq_free(q->p);
-    dq_free(q->tmp);
-    dq_free(q->ids);
-    memset(q, 0, sizeof *q);
 }
 
 /* Room for one more job of id length len; false if memory ran out. */
@@ -758,9 +762,7 @@ int engine_far_queue(struct engine *e, struct dq_str topic, struct dq_str id,
 }
 
 int engine_far_flush(struct engine *e) {
-    int rc = e->farq.n ? far_queue_run(e) : 0;
-    far_queue_free(&e->farq);
-    return rc;
+    return e->farq.n ? far_queue_run(e) : 0;
 }
 
 int engine_far_ref(const struct engine *e, struct dq_str topic,
@@ -854,13 +856,6 @@ void engine_prefetch(const struct engine *e, const struct dq_str *keys,
             if (tab[i]) htab_prefetch(tab[i], h[i], depth);
             if (far[i]) htab_prefetch(far[i], h[i], depth);
         }
-}
-
-void engine_prefetch_far(const struct engine *e, struct dq_str topic,
-                         struct dq_str id, int depth) {
-    const struct topic *t = topic_lookup(e, topic);
-    if (t && htab_count(&t->far))
-        htab_prefetch(&t->far, htab_hash_bytes(id.p, id.len), depth);
 }
 
 int engine_get(const struct engine *e, struct dq_str topic, struct dq_str id,
@@ -1294,17 +1289,29 @@ static void expect_cb(void *ud, struct hnode *n) {
     t->expect = t->expect_far = 0;
 }
 
-void engine_expect_far(struct engine *e, struct dq_str topic) {
+void engine_expect_far(struct engine *e, struct dq_str topic,
+                       struct dq_str id) {
     struct topic *t = topic_get(e, topic);
     if (!t) {
         if (!(t = topic_create(e, topic))) return; /* only a hint */
         topic_free_if_empty(e, t);
     }
     t->expect_far++;
+    e->expect_stubs += (offsetof(struct stub, id) + id.len + 7) & ~(size_t)7;
 }
 
 void engine_expect_done(struct engine *e) {
     htab_foreach(&e->topics, expect_cb, NULL);
+    if (e->expect_stubs >= STUBS_AHEAD_MIN)
+        slab_reserve(&e->stubs, e->expect_stubs);
+    e->expect_stubs = 0;
+}
+
+int engine_expect_end(struct engine *e) {
+    int rc = engine_far_flush(e);
+    far_queue_free(&e->farq);
+    slab_reserve_end(&e->stubs);
+    return rc;
 }
 
 int64_t engine_next_expiry(const struct engine *e) {

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "lib/buf.h"
+#include "lib/clock.h"
 #include "lib/htab.h"
 #include "lib/log.h"
 #include "lib/xalloc.h"
@@ -54,6 +55,7 @@ struct seg {
     int state;            /* enum seg_state */
     uint64_t live;        /* far jobs whose record is here */
     uint64_t recs;        /* records in it (estimated for older files) */
+    uint64_t last_ref;    /* the highest offset tier_recount saw */
     size_t idx;           /* in t->segs */
     /* loading */
     const uint8_t *map;
@@ -71,6 +73,27 @@ struct syncq {
     size_t n, cap;
     uint64_t queued;      /* rounds of writes queued ... */
     _Atomic uint64_t done;/* ... and synced */
+};
+
+/* The check at start (tier_check_end): a damaged place in a segment. */
+struct damage {
+    uint32_t slot;
+    uint64_t from, to;    /* bytes [from, to) */
+    bool tail;            /* a torn tail: nothing valid after it */
+    char why[128];
+};
+
+struct check {
+    pthread_t thread;
+    bool running;
+    atomic_bool stop;
+    struct check_seg { uint32_t slot; int fd; uint64_t size; } *segs;
+    size_t nsegs;
+    struct damage *d;     /* written by the thread until it is joined */
+    size_t nd, dcap;
+    bool nomem;
+    uint64_t bytes;
+    int64_t ms;
 };
 
 struct tier {
@@ -93,6 +116,7 @@ struct tier {
     uint64_t compactions, moved;
     uint64_t unlink_round;  /* segment writes queued when the mark was taken */
     struct syncq sync;
+    struct check check;
 };
 
 static int64_t window_ms(const struct tier *t) {
@@ -276,6 +300,204 @@ static void seg_close_window(struct tier *t, struct seg *s) {
     s->writable = false;
 }
 
+/* --- the check at start ---------------------------------------------------- */
+
+static int write_all(int fd, const void *p, size_t n, uint64_t off);
+
+static void damage_add(struct check *c, uint32_t slot, uint64_t from,
+                       uint64_t to, bool tail, const char *why) {
+    if (c->nd == c->dcap) {
+        size_t cap = c->dcap ? 2 * c->dcap : 8;
+        struct damage *d = dq_realloc(c->d, cap * sizeof *d);
+        if (!d) {
+            c->nomem = true;
+            return;
+        }
+        c->d = d;
+        c->dcap = cap;
+    }
+    struct damage *d = &c->d[c->nd++];
+    d->slot = slot;
+    d->from = from;
+    d->to = to;
+    d->tail = tail;
+    snprintf(d->why, sizeof d->why, "%s", why);
+}
+
+/* Reads one segment through, noting every damaged place. */
+static void check_seg(struct check *c, const struct check_seg *cs) {
+    if (cs->size <= WAL_HEADER_SIZE) return;
+    const uint8_t *m = mmap(NULL, cs->size, PROT_READ, MAP_PRIVATE, cs->fd, 0);
+    if (m == MAP_FAILED) {
+        damage_add(c, cs->slot, WAL_HEADER_SIZE, cs->size, false,
+                   strerror(errno));
+        return;
+    }
+    madvise((void *)m, cs->size, MADV_SEQUENTIAL);
+    uint64_t at = WAL_HEADER_SIZE;
+    while (at < cs->size &&
+           !atomic_load_explicit(&c->stop, memory_order_relaxed)) {
+        struct wal_scan sc;
+        wal_scan_at(m, cs->size, at, NULL, NULL, &sc);
+        if (sc.end == WAL_END_CLEAN) break;
+        if (sc.end != WAL_END_CORRUPT) { /* torn: nothing valid after it */
+            damage_add(c, cs->slot, sc.good, cs->size, true, sc.why);
+            break;
+        }
+        uint64_t to = sc.next_valid;
+        if (to <= sc.good) { /* its CRC holds, its fields do not */
+            const uint8_t *h = m + sc.good + 4;
+            to = sc.good + WAL_REC_HEADER +
+                 ((uint64_t)h[0] | (uint64_t)h[1] << 8 |
+                  (uint64_t)h[2] << 16 | (uint64_t)h[3] << 24);
+            if (to > cs->size) to = cs->size;
+        }
+        damage_add(c, cs->slot, sc.good, to, false, sc.why);
+        at = to;
+    }
+    c->bytes += cs->size;
+    munmap((void *)m, cs->size);
+}
+
+static void *check_main(void *arg) {
+    struct check *c = arg;
+    int64_t t0 = clock_mono_ms();
+    for (size_t i = 0; i < c->nsegs; i++) check_seg(c, &c->segs[i]);
+    c->ms = clock_mono_ms() - t0;
+    return NULL;
+}
+
+/* Starts the check of every segment found at open. */
+static void check_begin(struct tier *t) {
+    struct check *c = &t->check;
+    atomic_init(&c->stop, false);
+    if (!t->nsegs || !(c->segs = dq_calloc(t->nsegs, sizeof *c->segs)))
+        return; /* out of memory: tier_check_end checks on the loop */
+    for (size_t i = 0; i < t->nsegs; i++)
+        c->segs[i] = (struct check_seg){t->segs[i]->slot, t->segs[i]->fd,
+                                        t->segs[i]->size};
+    c->nsegs = t->nsegs;
+    c->running = pthread_create(&c->thread, NULL, check_main, c) == 0;
+}
+
+static void check_join(struct tier *t, bool stop) {
+    struct check *c = &t->check;
+    if (stop) atomic_store(&c->stop, true);
+    if (c->running) pthread_join(c->thread, NULL);
+    else if (!stop) check_main(c); /* no thread: here and now */
+    c->running = false;
+    dq_free(c->segs);
+    c->segs = NULL;
+    c->nsegs = 0;
+}
+
+size_t tier_check_end(struct tier *t) {
+    if (!t) return 0;
+    struct check *c = &t->check;
+    bool checked = c->nsegs > 0;
+    check_join(t, false);
+    /* a torn tail is damage only if a far job's record lies in it */
+    size_t n = 0;
+    for (size_t i = 0; i < c->nd; i++) {
+        const struct seg *s = t->slot[c->d[i].slot];
+        if (!c->d[i].tail || (s && s->live && s->last_ref >= c->d[i].from))
+            c->d[n++] = c->d[i];
+    }
+    c->nd = n;
+    if (checked && c->nd)
+        log_warn("far segments checked: %" PRIu64 " bytes in %" PRId64
+                 " ms, %zu damaged places%s",
+                 c->bytes, c->ms, c->nd,
+                 c->nomem ? " (out of memory: more not listed)" : "");
+    else if (checked)
+        log_info("far segments checked: %" PRIu64 " bytes in %" PRId64
+                 " ms, all sound",
+                 c->bytes, c->ms);
+    return c->nd;
+}
+
+void tier_damage(const struct tier *t, size_t i, char *msg, size_t len) {
+    const struct damage *d = &t->check.d[i];
+    snprintf(msg, len,
+             "far segment %s/%05" PRIu32 ".far: %s at offset %" PRIu64
+             " (%" PRIu64 " bytes%s): %s",
+             t->path, d->slot, d->tail ? "torn tail" : "corrupt record",
+             d->from, d->to - d->from,
+             d->tail ? " holding far jobs' records" : "", d->why);
+}
+
+bool tier_damaged(const struct tier *t, uint64_t ref) {
+    uint32_t slot = (uint32_t)(ref >> 32);
+    uint64_t off = ref & UINT32_MAX;
+    for (size_t i = 0; t && i < t->check.nd; i++) {
+        const struct damage *d = &t->check.d[i];
+        if (d->slot == slot && off >= d->from && off < d->to) return true;
+    }
+    return false;
+}
+
+/* Writes [from, to) of fd over with valid JOB records no far job points to
+ * (dead: they load as nothing), so that the segment reads clean. */
+static int fill_dead(int fd, uint64_t from, uint64_t to) {
+    static const char dash[] = "-";
+    struct wal_rec r = {.type = WAL_JOB};
+    r.job.topic = r.job.id = (struct dq_str){dash, 1};
+    r.job.ttr = 1;
+    struct buf b = BUF_INIT;
+    size_t min = wal_encode(&b, &r); /* with an empty body */
+    int rc = 0;
+    while (rc == 0 && from < to) {
+        uint64_t n = to - from, cap = WAL_REC_MAX / 2;
+        if (n < min) {
+            errno = ERANGE; /* cannot happen: a record is never that short */
+            rc = -1;
+            break;
+        }
+        if (n > cap) n = to - from - cap < min ? cap - min : cap;
+        buf_reset(&b, 1 << 20);
+        char *body = buf_reserve(&b, (size_t)(n - min)); /* any bytes */
+        memset(body, 0, (size_t)(n - min));
+        r.job.body = (struct dq_str){body, (size_t)(n - min)};
+        struct buf out = BUF_INIT;
+        wal_encode(&out, &r);
+        rc = write_all(fd, out.p, out.len, from);
+        buf_free(&out);
+        from += n;
+    }
+    buf_free(&b);
+    return rc;
+}
+
+int tier_repair(struct tier *t, char *err, size_t errlen) {
+    for (size_t i = 0; t && i < t->check.nd; i++) {
+        const struct damage *d = &t->check.d[i];
+        struct seg *s = t->slot[d->slot];
+        if (!s) continue;
+        int rc;
+        if (d->tail) {
+            rc = wal_io.ftruncate(s->fd, (off_t)d->from);
+            if (rc == 0) {
+                t->bytes -= s->size - d->from;
+                s->size = d->from;
+            }
+        } else {
+            rc = fill_dead(s->fd, d->from, d->to);
+        }
+        if (rc != 0 || wal_io.fdatasync(s->fd) != 0) {
+            snprintf(err, errlen,
+                     "far segment %s/%05" PRIu32 ".far: cannot repair: %s",
+                     t->path, d->slot, strerror(errno));
+            return -1;
+        }
+    }
+    if (t) {
+        dq_free(t->check.d);
+        t->check.d = NULL;
+        t->check.nd = t->check.dcap = 0;
+    }
+    return 0;
+}
+
 /* --- open and close -------------------------------------------------------- */
 
 static int read_header(struct tier *t, const char *name, uint32_t slot,
@@ -416,12 +638,15 @@ int tier_open(struct tier **out, const struct tier_config *cfg, char *err,
     if (t->nsegs)
         log_info("far segments: %zu in %s (%" PRIu64 " bytes)", t->nsegs,
                  path, t->bytes);
+    check_begin(t);
     *out = t;
     return 0;
 }
 
 void tier_close(struct tier *t) {
     if (!t) return;
+    check_join(t, true);
+    dq_free(t->check.d);
     if (t->sync.running) {
         pthread_mutex_lock(&t->sync.mu);
         t->sync.stop = true;
@@ -570,12 +795,15 @@ void tier_drop(struct tier *t, uint64_t ref) {
 }
 
 void tier_recount_begin(struct tier *t) {
-    for (size_t i = 0; t && i < t->nsegs; i++) t->segs[i]->live = 0;
+    for (size_t i = 0; t && i < t->nsegs; i++)
+        t->segs[i]->live = t->segs[i]->last_ref = 0;
 }
 
 void tier_recount(struct tier *t, uint64_t ref) {
     struct seg *s = t ? t->slot[ref >> 32 & (SLOTS - 1)] : NULL;
-    if (s) s->live++;
+    if (!s) return;
+    s->live++;
+    if ((ref & UINT32_MAX) > s->last_ref) s->last_ref = ref & UINT32_MAX;
 }
 
 void tier_recount_end(struct tier *t) {

@@ -100,6 +100,26 @@ void tier_recount_begin(struct tier *t);
 void tier_recount(struct tier *t, uint64_t ref);
 void tier_recount_end(struct tier *t);
 
+/* The check of the segments found at open: tier_open starts a helper
+ * thread that reads each one through (CRC and fields of every record)
+ * while the log is replayed. After the replay (tier_recount has seen every
+ * far job), tier_check_end waits for it and returns the number of damaged
+ * places: a bad record with valid ones after it, or a torn tail that a far
+ * job's record lies in (a tail that none does is what a crash leaves, and
+ * is ignored). tier_damage describes place i (file, offset, what is wrong)
+ * into msg. */
+size_t tier_check_end(struct tier *t);
+void tier_damage(const struct tier *t, size_t i, char *msg, size_t len);
+
+/* True if a far job's record at ref lies in a damaged place. */
+bool tier_damaged(const struct tier *t, uint64_t ref);
+
+/* --repair, once the store has dropped every far job tier_damaged names:
+ * writes each damaged place over with dead records (or cuts a torn tail
+ * off) and syncs, so that the segments read clean. Returns 0, or -1 with a
+ * message naming the file. */
+int tier_repair(struct tier *t, char *err, size_t errlen);
+
 /* True (once) if a segment was created since the last call: its window's
  * opening is a new time for tier_load_at. */
 bool tier_created(struct tier *t);

@@ -26,8 +26,6 @@
 
 /* --- replay into the engine ---------------------------------------------- */
 
-#define FAR_AHEAD 32
-
 struct replay {
     struct engine *e;
     int64_t now;
@@ -40,36 +38,32 @@ struct replay {
     uint64_t records;
     const char *err;     /* why apply stopped */
     bool fatal;          /* out of memory: no repair can help */
-    /* FAR and MOVE records wait here a little while their id-table buckets
-     * are loaded, so that their cache misses overlap (a log of 100 million
+    /* FAR and MOVE records are queued in the engine (engine_far_queue),
+     * which restores them sorted by id-table bucket (a log of 100 million
      * far jobs is all such records); any other record empties it first */
-    struct wal_rec far[FAR_AHEAD];
-    size_t nfar;
+    uint64_t nfar;
 };
 
-/* Restores the far jobs waiting in rp->far, in order. */
-static int far_flush(struct replay *rp) {
-    for (size_t i = 0; i < rp->nfar; i++) {
-        const struct wal_rec *r = &rp->far[i];
-        if (engine_restore_far(rp->e, r->job.topic, r->job.id, r->ref) < 0) {
-            rp->err = "out of memory restoring a far job";
-            rp->fatal = true;
-            rp->nfar = 0;
-            return -1;
-        }
-    }
+/* Restores the far jobs queued in the engine; end: the file's end (the
+ * bulk load announced by presize is over). */
+static int far_flush(struct replay *rp, bool end) {
+    bool some = rp->nfar;
     rp->nfar = 0;
+    if ((end ? engine_expect_end(rp->e)
+             : some ? engine_far_flush(rp->e) : 0) < 0) {
+        rp->err = "out of memory restoring a far job";
+        rp->fatal = true;
+        return -1;
+    }
     return 0;
 }
 
 static int far_queue(struct replay *rp, const struct wal_rec *r) {
-    if (rp->nfar == FAR_AHEAD && far_flush(rp) != 0) return -1;
-    rp->far[rp->nfar++] = *r;
-    /* the bucket of the newest, the first chain node of one half way */
-    engine_prefetch_far(rp->e, r->job.topic, r->job.id, 0);
-    if (rp->nfar > FAR_AHEAD / 2) {
-        const struct wal_rec *m = &rp->far[rp->nfar - 1 - FAR_AHEAD / 2];
-        engine_prefetch_far(rp->e, m->job.topic, m->job.id, 1);
+    rp->nfar++;
+    if (engine_far_queue(rp->e, r->job.topic, r->job.id, r->ref) < 0) {
+        rp->err = "out of memory restoring a far job";
+        rp->fatal = true;
+        return -1;
     }
     return 0;
 }
@@ -138,7 +132,7 @@ static int apply(void *ud, const struct wal_rec *r, uint64_t off) {
     (void)off;
     rp->records++;
     if (r->type != WAL_FAR && r->type != WAL_MOVE && rp->nfar &&
-        far_flush(rp) != 0)
+        far_flush(rp, false) != 0)
         return -1;
     if (rp->snapend) {
         rp->err = "record after the end of a snapshot";
@@ -174,7 +168,7 @@ static int apply(void *ud, const struct wal_rec *r, uint64_t off) {
         return put_job(rp, &r->job);
     case WAL_FAR:
     case WAL_MOVE:
-        return far_queue(rp, r); /* strings point into the mapped file */
+        return far_queue(rp, r);
     case WAL_DEL:
     case WAL_ACK:
         engine_del(e, r->job.topic, r->job.id);
@@ -413,7 +407,8 @@ static int fix_snapshot(struct mapped *m, uint64_t seq, uint64_t at,
  * Errors are left to the real pass. */
 static int count_job(void *ud, const struct wal_rec *r, uint64_t off) {
     if (r->type == WAL_JOB) engine_expect(ud, r->job.topic);
-    else if (r->type == WAL_FAR) engine_expect_far(ud, r->job.topic);
+    else if (r->type == WAL_FAR)
+        engine_expect_far(ud, r->job.topic, r->job.id);
     return 0;
 }
 
@@ -452,7 +447,7 @@ static int load_snapshot(struct recov *rc, uint64_t seq) {
         rc->rp.snapshot = true;
         presize(rc->rp.e, m.p, m.len);
         stop = wl_scan_big(m.p, m.len, apply, &rc->rp, &sc);
-        if (far_flush(&rc->rp) != 0 && !stop) stop = -1;
+        if (far_flush(&rc->rp, true) != 0 && !stop) stop = -1;
         rc->rp.snapshot = false;
         rc->info->bytes += m.len;
         if (stop) why = rc->rp.err;
@@ -512,7 +507,7 @@ static int replay_log(struct recov *rc, uint64_t seq, bool last,
     } else {
         presize(rc->rp.e, m.p, len);
         stop = wl_scan_big(m.p, len, apply, &rc->rp, &sc);
-        if (far_flush(&rc->rp) != 0 && !stop) stop = -1;
+        if (far_flush(&rc->rp, true) != 0 && !stop) stop = -1;
     }
     rc->info->bytes += len;
     *good = sc.good;
