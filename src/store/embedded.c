@@ -758,7 +758,7 @@ static int emb_open(struct dq_store **out, const struct dq_store_config *cfg,
         return -1;
     }
     tier_recount_end(s->tier);
-    size_t damaged = tier_check_end(s->tier);
+    size_t damaged = tier_check(s->tier);
     if (damaged && !cfg->repair) {
         char msg[512];
         tier_damage(s->tier, 0, msg, sizeof msg);
@@ -780,6 +780,7 @@ static int emb_open(struct dq_store **out, const struct dq_store_config *cfg,
         emb_close(s);
         return -1;
     }
+    tier_check_background(s->tier);
     arm_timer(s);
     arm_load(s);
     reap_soon(s);

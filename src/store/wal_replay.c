@@ -403,18 +403,49 @@ static int fix_snapshot(struct mapped *m, uint64_t seq, uint64_t at,
 
 /* Loads the snapshot, or fails. */
 /* A first, counting pass over a file about to be replayed: announces its
- * whole-job records to the engine, which sizes the id tables for them.
- * Errors are left to the real pass. */
-static int count_job(void *ud, const struct wal_rec *r, uint64_t off) {
-    if (r->type == WAL_JOB) engine_expect(ud, r->job.topic);
-    else if (r->type == WAL_FAR)
-        engine_expect_far(ud, r->job.topic, r->job.id);
-    return 0;
+ * whole-job and far records to the engine, which sizes the id tables for
+ * them. A hint: it walks the record headers and keys only (no CRC, no
+ * fields: 100 million far records cost a few seconds less), and leaves
+ * every error to the real pass. */
+#define JOB_KEY_AT 47 /* type, state, backoff kind, 3 times, 5 u32 */
+#define FAR_KEY_AT 9  /* type, ref */
+
+static uint32_t le(const uint8_t *p, int n) {
+    uint32_t v = 0;
+    for (int i = n - 1; i >= 0; i--) v = v << 8 | p[i];
+    return v;
 }
 
-static void presize(struct engine *e, const void *p, size_t len) {
-    struct wal_scan sc;
-    wal_scan(p, len, count_job, e, &sc);
+/* The str16 at *q (before end) of 1..max bytes, or false. */
+static bool key_str(const uint8_t **q, const uint8_t *end, size_t max,
+                    struct dq_str *out) {
+    if (end - *q < 2) return false;
+    size_t n = le(*q, 2);
+    if (n < 1 || n > max || (size_t)(end - *q - 2) < n) return false;
+    *out = (struct dq_str){(const char *)*q + 2, n};
+    *q += 2 + n;
+    return true;
+}
+
+static void presize(struct engine *e, const void *data, size_t len) {
+    const uint8_t *p = data;
+    for (size_t off = WAL_HEADER_SIZE;
+         off < len && len - off > WAL_REC_HEADER;) {
+        size_t rl = le(p + off + 4, 4);
+        if (rl == 0 || rl > len - off - WAL_REC_HEADER) break;
+        const uint8_t *q = p + off + WAL_REC_HEADER, *end = q + rl;
+        bool job = (q[0] & ~WAL_PUSH) == WAL_JOB, far = q[0] == WAL_FAR;
+        size_t at = job ? JOB_KEY_AT : FAR_KEY_AT;
+        struct dq_str topic, id;
+        q += at;
+        if ((job || far) && rl > at &&
+            key_str(&q, end, DQ_TOPIC_MAX, &topic) &&
+            key_str(&q, end, DQ_ID_MAX, &id)) {
+            if (job) engine_expect(e, topic);
+            else engine_expect_far(e, topic, id);
+        }
+        off += WAL_REC_HEADER + rl;
+    }
     engine_expect_done(e);
 }
 
