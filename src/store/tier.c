@@ -334,6 +334,7 @@ static void damage_add(struct check *c, uint32_t slot, uint64_t from,
 /* The background check drops from the page cache what it alone brought in:
  * a chunk mostly absent before it was read. */
 struct evict {
+    const atomic_bool *stop;
     int fd;
     const uint8_t *map;
     uint64_t size;
@@ -366,8 +367,9 @@ static void evict_chunk(struct evict *v, uint64_t upto) {
 static int evict_rec(void *ud, const struct wal_rec *r, uint64_t off) {
     (void)r;
     struct evict *v = ud;
-    if (off >= v->next) evict_chunk(v, off);
-    return 0;
+    if (off < v->next) return 0;
+    evict_chunk(v, off);
+    return atomic_load_explicit(v->stop, memory_order_relaxed); /* closing */
 }
 
 /* Reads one segment through (CRC and fields of every record), noting every
@@ -382,13 +384,14 @@ static void check_seg(struct check *c, uint32_t slot, int fd, uint64_t size,
         return;
     }
     madvise((void *)m, size, MADV_SEQUENTIAL);
-    struct evict v = {fd, m, size, 0, 0, false};
+    struct evict v = {&c->stop, fd, m, size, 0, 0, false};
     if (background) evict_chunk(&v, 0);
     uint64_t at = WAL_HEADER_SIZE;
     while (at < size &&
            !atomic_load_explicit(&c->stop, memory_order_relaxed)) {
         struct wal_scan sc;
-        wal_scan_at(m, size, at, background ? evict_rec : NULL, &v, &sc);
+        if (wal_scan_at(m, size, at, background ? evict_rec : NULL, &v, &sc))
+            break; /* stopped */
         if (sc.end == WAL_END_CLEAN) break;
         if (sc.end != WAL_END_CORRUPT) { /* torn: nothing valid after it */
             damage_add(c, slot, sc.good, size, true, sc.why);
@@ -405,7 +408,7 @@ static void check_seg(struct check *c, uint32_t slot, int fd, uint64_t size,
         damage_add(c, slot, sc.good, to, false, sc.why);
         at = to;
     }
-    if (background) evict_chunk(&v, size);
+    if (background && !atomic_load(&c->stop)) evict_chunk(&v, size);
     c->bytes += size;
     munmap((void *)m, size);
 }
