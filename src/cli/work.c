@@ -35,6 +35,7 @@
 
 #include "cli/work.h"
 #include "lib/buf.h"
+#include "lib/clock.h"
 #include "lib/duration.h"
 #include "lib/xalloc.h"
 
@@ -55,12 +56,6 @@ struct work {
     struct slot *slots;
     pthread_mutex_t out_mu; /* one line at a time on stdout/stderr */
 };
-
-static int64_t mono_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 void work_usage(FILE *f) {
     fputs("usage: delayq work --topic T [--topic U ...] [-c N] [--timeout D] [--grace D]\n"
@@ -239,7 +234,7 @@ static enum delayq_result handle(struct delayq_task *task, void *arg) {
         };
         int timeout = -1;
         if (stopping && !killed) {
-            int64_t left = kill_at - mono_ms();
+            int64_t left = kill_at - clock_mono_ms();
             timeout = left > 0 ? (int)left : 0;
         }
         if (pidfd < 0 && fout < 0 && ferr < 0 && !exited) timeout = timeout < 0 ? 10 : timeout;
@@ -260,12 +255,12 @@ static enum delayq_result handle(struct delayq_task *task, void *arg) {
             while (read(sl->cancel[0], drain, sizeof drain) > 0) continue;
             if (!stopping) {
                 stopping = true;
-                kill_at = mono_ms() + wk->kill_after_ms;
+                kill_at = clock_mono_ms() + wk->kill_after_ms;
                 kill(-pid, SIGTERM);
                 say(wk, j, "cancelled (timeout or stop): SIGTERM");
             }
         }
-        if (stopping && !killed && mono_ms() >= kill_at) {
+        if (stopping && !killed && clock_mono_ms() >= kill_at) {
             killed = true;
             kill(-pid, SIGKILL);
             say(wk, j, "still running: SIGKILL");

@@ -29,6 +29,7 @@
 #include <stdint.h>
 
 #include "job.h"
+#include "lib/hist.h"
 #include "store/store.h"
 
 struct event_base;
@@ -38,6 +39,8 @@ struct metrics;
 
 /* How many store gauges a snapshot carries (metrics_store_gauges). */
 #define CORE_STORE_GAUGES 7
+/* How many store histograms a snapshot carries (metrics_store_hists). */
+#define CORE_STORE_HISTS 1
 
 /* "Not given" for the optional integer fields below. */
 #define CORE_UNSET INT64_MIN
@@ -202,6 +205,10 @@ struct core_snapshot {
     /* The store's own gauges, by the index of metrics_store_gauges
      * (core/metrics.h); -1 = the store does not report it. */
     int64_t gauges[CORE_STORE_GAUGES];
+    /* The store's own histograms, by the index of metrics_store_hists;
+     * nbounds 0 = the store does not report it. Bounds in hist_bounds. */
+    struct hist hists[CORE_STORE_HISTS];
+    double hist_bounds[CORE_STORE_HISTS][HIST_MAX_BOUNDS];
 };
 typedef void core_snapshot_cb(void *pd, const struct core_snapshot *s);
 /* Asks the store for its topics and each topic's STATS (not counted as

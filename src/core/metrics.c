@@ -1,7 +1,9 @@
 /* metrics.c -- the metrics table; see metrics.h. */
 #include "core/metrics.h"
 
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/core.h"
@@ -363,6 +365,59 @@ const struct store_gauge metrics_store_gauges[CORE_STORE_GAUGES] = {
      "Far jobs loaded into memory since start"},
 };
 
+const struct store_gauge metrics_store_hists[CORE_STORE_HISTS] = {
+    {"log_fsync_seconds", "delayq_fsync_duration_seconds",
+     "How long the log's fdatasyncs took (the ones that make commits durable)"},
+};
+
+/* "le=count,...,+Inf=count" into h: false if malformed. */
+static bool parse_buckets(const char *v, struct hist *h, double *bounds) {
+    uint64_t prev = 0;
+    int nb = 0;
+    for (;;) {
+        char *end;
+        bool inf = strncmp(v, "+Inf=", 5) == 0;
+        double le = 0;
+        if (inf) end = (char *)v + 4;
+        else le = strtod(v, &end);
+        if (end == v || *end != '=' || !isfinite(le)) return false;
+        if (!inf && (nb == HIST_MAX_BOUNDS || (nb && le <= bounds[nb - 1])))
+            return false;
+        v = end + 1;
+        if (*v < '0' || *v > '9') return false;
+        uint64_t cum = strtoull(v, &end, 10);
+        if (cum < prev || (*end != ',' && *end != '\0')) return false;
+        if (inf) {
+            if (*end) return false;
+            h->counts[nb] = cum - prev;
+            h->count = cum;
+            h->nbounds = nb;
+            return true;
+        }
+        bounds[nb] = le;
+        h->counts[nb++] = cum - prev;
+        prev = cum;
+        if (!*end) return false; /* no +Inf */
+        v = end + 1;
+    }
+}
+
+void metrics_store_hist_line(const struct store_gauge *g, const char *name,
+                             const char *value, struct hist *h,
+                             double *bounds) {
+    size_t n = strlen(g->info);
+    if (strncmp(name, g->info, n) != 0) return;
+    if (strcmp(name + n, "_sum") == 0) {
+        h->sum = strtod(value, NULL);
+    } else if (strcmp(name + n, "_buckets") == 0) {
+        double sum = h->sum;
+        hist_init(h, bounds, 0);
+        h->sum = sum;
+        if (!parse_buckets(value, h, bounds)) h->nbounds = 0;
+        h->bounds = bounds;
+    }
+}
+
 void metrics_visit_store(const struct metrics *m,
                          const struct core_snapshot *s,
                          const struct metrics_visitor *v) {
@@ -394,5 +449,11 @@ void metrics_visit_store(const struct metrics *m,
         v->family(v->ud, g->name, strstr(g->name, "_total") ? "counter" : "gauge",
                   g->help);
         v->value(v->ud, g->name, "", (double)s->gauges[i]);
+    }
+    for (int i = 0; i < CORE_STORE_HISTS; i++) {
+        const struct store_gauge *g = &metrics_store_hists[i];
+        if (s->hists[i].nbounds == 0) continue;
+        v->family(v->ud, g->name, "histogram", g->help);
+        v->hist(v->ud, g->name, "", &s->hists[i]);
     }
 }

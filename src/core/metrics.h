@@ -73,8 +73,9 @@ struct metrics_visitor {
 void metrics_visit(const struct metrics *m, const struct metrics_visitor *v);
 
 /* The store's families from a snapshot (core.h's core_snapshot):
- * delayq_jobs{topic,state}, delayq_jobs_total{topic,event} and, for the
- * embedded store, delayq_log_bytes; same topic cap as above. */
+ * delayq_jobs{topic,state}, delayq_jobs_total{topic,event}, for the
+ * embedded store delayq_log_bytes, and the store's own gauges and
+ * histograms (below); same topic cap as above. */
 struct core_snapshot;
 void metrics_visit_store(const struct metrics *m,
                          const struct core_snapshot *s,
@@ -86,6 +87,19 @@ struct store_gauge {
     const char *info, *name, *help;
 };
 extern const struct store_gauge metrics_store_gauges[];
+
+/* Histograms a store reports among its INFO lines, CORE_STORE_HISTS of
+ * them, {INFO prefix, metric name, help}: "<prefix>_sum:seconds" and
+ * "<prefix>_buckets:le=count,..." (cumulative counts, ascending bounds, the
+ * last le "+Inf"; the count is the +Inf one). */
+extern const struct store_gauge metrics_store_hists[];
+
+/* Reads one INFO line into h if it is one of g's: the sum, or the buckets
+ * (bounds kept in bounds[HIST_MAX_BOUNDS], h->bounds points there). A
+ * malformed buckets line leaves h->nbounds 0 (not reported). */
+void metrics_store_hist_line(const struct store_gauge *g, const char *name,
+                             const char *value, struct hist *h,
+                             double *bounds);
 
 /* The command's lower-case name ("add"). */
 const char *metrics_cmd_name(int cmd);

@@ -21,13 +21,16 @@ struct snap {
     struct dq_stats total;
 };
 
-/* Picks the store's gauges out of its INFO lines. */
+/* Picks the store's gauges and histograms out of its INFO lines. */
 static void gauge_emit(void *ud, const char *name, const char *value) {
     struct core_snapshot *out = ud;
     if (strcmp(name, "log_bytes") == 0) out->log_bytes = atoll(value);
     for (int i = 0; i < CORE_STORE_GAUGES; i++)
         if (strcmp(name, metrics_store_gauges[i].info) == 0)
             out->gauges[i] = atoll(value);
+    for (int i = 0; i < CORE_STORE_HISTS; i++)
+        metrics_store_hist_line(&metrics_store_hists[i], name, value,
+                                &out->hists[i], out->hist_bounds[i]);
 }
 
 static void finish(struct snap *s) {

@@ -22,7 +22,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wstrict-prototypes"
@@ -30,6 +29,7 @@
 #include <hiredis/adapters/libevent.h>
 #pragma GCC diagnostic pop
 
+#include "lib/clock.h"
 #include "lib/log.h"
 #include "lib/xalloc.h"
 #include "store/redis_client.h"
@@ -122,11 +122,7 @@ struct rcli {
     int64_t last_ask;      /* when the Sentinel was last asked */
 };
 
-int64_t rcli_now_us(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
+int64_t rcli_now_us(void) { return clock_mono_us(); }
 
 void rwarn(struct rwarn *w, int64_t now, const char *fmt, ...) {
     char m[sizeof w->last];

@@ -228,7 +228,8 @@ int wal_commit(struct wal *w) {
         go_broken(w, e, "write");
         return -1;
     }
-    if (w->cfg.fsync_mode == DQ_FSYNC_ALWAYS && wal_io.fdatasync(w->fd) != 0) {
+    if (w->cfg.fsync_mode == DQ_FSYNC_ALWAYS &&
+        wl_fdatasync_timed(w, w->fd) != 0) {
         int e = errno;
         cut_back(w);
         drop_batch(w);
@@ -429,6 +430,7 @@ void wal_info(const struct wal *w,
     emit(ud, "log_compacting", w->snap ? "1" : "0");
     dq_info_int(emit, ud, "log_last_compaction_ms", (int64_t)(w->last_compact_ms));
     dq_info_int(emit, ud, "log_compaction_max_step_us", (int64_t)(w->max_step_us));
+    wl_fsync_info(w, emit, ud);
     emit(ud, "log_writable", w->broken ? "0" : "1");
     emit(ud, "log_last_error", w->last_err ? strerror(w->last_err) : "");
 }

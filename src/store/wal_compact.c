@@ -31,8 +31,8 @@
  * before or after the change, but the change itself is in segment N+1, and
  * every record there sets a job's state outright, so replaying N+1 over the
  * snapshot ends where the engine is. The counters are taken at the start.
- * Then a helper thread syncs the file, and the loop renames it into place
- * and deletes the files it covers. Nothing forks, nothing is copied
+ * Then a helper thread syncs the file, renames it into place and deletes
+ * the files it covers; the loop notices. Nothing forks, nothing is copied
  * wholesale, and no step holds the loop for long. */
 
 #define SNAP_SLICE 1024 /* jobs per step */

@@ -32,6 +32,7 @@
 #include <stdint.h>
 
 #include "engine/engine.h"
+#include "store/store.h"
 #include "store/wal.h"
 
 struct snapper; /* a compaction running (wal_compact.c) */
@@ -46,6 +47,19 @@ struct syncer {
     atomic_uint_fast64_t written; /* bumped by every commit */
     atomic_uint_fast64_t synced;  /* the value of `written` last synced */
     atomic_int err;           /* errno of a failed sync, 0 if none */
+};
+
+/* How long the log's fdatasyncs took (wal_sync.c): the syncs that make
+ * commits durable, made by the loop under --fsync always and by the sync
+ * thread under everysec. Written by whichever thread synced, read by the
+ * loop (INFO, /metrics): counters that only grow, updated with relaxed
+ * atomics, so neither side ever waits and no value is torn; a sync that
+ * ends while the loop reads may show in the buckets and not yet in the sum
+ * (or the reverse). The count is the sum of the buckets. */
+#define WL_FSYNC_BOUNDS 15
+struct fsync_stats {
+    atomic_uint_fast64_t bucket[WL_FSYNC_BOUNDS + 1]; /* the last: +Inf */
+    atomic_uint_fast64_t sum_us;
 };
 
 struct wal {
@@ -82,6 +96,7 @@ struct wal {
     void (*on_writable)(void *ud);
     void *on_writable_ud;
     struct syncer sync;
+    struct fsync_stats fsyncs;
 };
 
 /* --- wal.c --------------------------------------------------------------- */
@@ -137,6 +152,15 @@ void wl_sync_handover(struct wal *w);
 
 /* Stops the thread after a last sync. Does nothing if it is not running. */
 void wl_sync_stop(struct wal *w);
+
+/* wal_io.fdatasync(fd), its duration counted in w->fsyncs. Any thread;
+ * returns what the sync returned (errno kept). */
+int wl_fdatasync_timed(struct wal *w, int fd);
+
+/* The fsync figures as INFO lines: log_fsync_seconds_count, _sum and
+ * _buckets ("le=count" pairs, cumulative, the last le "+Inf"), which the
+ * core turns into delayq_fsync_duration_seconds. Loop thread. */
+void wl_fsync_info(const struct wal *w, dq_info_emit *emit, void *ud);
 
 /* --- wal_compact.c ------------------------------------------------------- */
 

@@ -193,7 +193,66 @@ class ConnectionClosed(Exception):
     pass
 
 
-class RespConn:
+class _SocketConn:
+    """What both test connections share: the socket, reading into buf, closing."""
+
+    def __init__(self, port, host, timeout):
+        self.sock = socket.create_connection((host, port), timeout=timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.timeout = timeout
+        self.buf = bytearray()
+        self.pos = 0  # what the reader has consumed of buf
+        self.closed = False
+
+    def _fill(self, timeout=None):
+        if self.pos > 65536 and self.pos > len(self.buf) // 2:
+            del self.buf[: self.pos]
+            self.pos = 0
+        self.sock.settimeout(self.timeout if timeout is None else timeout)
+        try:
+            chunk = self.sock.recv(1 << 20)
+        except ConnectionResetError:
+            self.closed = True
+            raise ConnectionClosed("connection reset")
+        if not chunk:
+            self.closed = True
+            raise ConnectionClosed("connection closed by server")
+        self.buf += chunk
+
+    def wait_closed(self, timeout=2.0):
+        """Reads and discards until the server closes the connection; True if it did."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            try:
+                self._fill(left)
+            except ConnectionClosed:
+                return True
+            except socket.timeout:
+                return False
+            except OSError:
+                return True
+
+    def close(self):
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+        self.closed = True
+
+    def reset(self):
+        """Closes abruptly with a TCP RST."""
+        import struct
+        try:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        except OSError:
+            pass
+        self.close()
+
+
+class RespConn(_SocketConn):
     """A raw TCP connection that sends bytes and parses RESP replies exactly.
 
     Replies: Status for +, RespError for -, int for :, bytes for $, None for $-1,
@@ -201,12 +260,7 @@ class RespConn:
     """
 
     def __init__(self, port, host="127.0.0.1", timeout=5.0):
-        self.sock = socket.create_connection((host, port), timeout=timeout)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.timeout = timeout
-        self.buf = bytearray()
-        self.pos = 0
-        self.closed = False
+        super().__init__(port, host, timeout)
 
     # sending
     def send_raw(self, data):
@@ -225,21 +279,6 @@ class RespConn:
         return self.read()
 
     # receiving
-    def _fill(self, timeout=None):
-        if self.pos > 65536 and self.pos > len(self.buf) // 2:
-            del self.buf[: self.pos]
-            self.pos = 0
-        self.sock.settimeout(self.timeout if timeout is None else timeout)
-        try:
-            chunk = self.sock.recv(1 << 20)
-        except ConnectionResetError:
-            self.closed = True
-            raise ConnectionClosed("connection reset")
-        if not chunk:
-            self.closed = True
-            raise ConnectionClosed("connection closed by server")
-        self.buf += chunk
-
     def _line(self, timeout):
         while True:
             i = self.buf.find(b"\r\n", self.pos)
@@ -290,22 +329,6 @@ class RespConn:
             return True
         return True
 
-    def wait_closed(self, timeout=2.0):
-        """Reads and discards until the server closes the connection; True if it did."""
-        deadline = time.monotonic() + timeout
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return False
-            try:
-                self._fill(left)
-            except ConnectionClosed:
-                return True
-            except socket.timeout:
-                return False
-            except OSError:
-                return True
-
     def read_all_until_closed(self, timeout=2.0):
         """Replies received before the server closed; raises AssertionError if it did not close."""
         out = []
@@ -321,21 +344,6 @@ class RespConn:
             except socket.timeout:
                 raise AssertionError("server did not close the connection; got %r" % out)
 
-    def close(self):
-        try:
-            self.sock.close()
-        except OSError:
-            pass
-        self.closed = True
-
-    def reset(self):
-        """Closes abruptly with a TCP RST."""
-        import struct
-        try:
-            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        except OSError:
-            pass
-        self.close()
 
 
 # --------------------------------------------------------------------------
@@ -357,7 +365,7 @@ def decode_resp_commands(data):
     return out
 
 
-class HttpConn:
+class HttpConn(_SocketConn):
     """A keep-alive HTTP/1.1 connection to the JSON API that takes RESP-style commands
     (call/send/read, as RespConn) and answers in RESP's shapes: bulk strings as bytes,
     integers as int, GET/STATS as flat field lists, nil for a missing job, NIL_ARRAY for an
@@ -365,13 +373,9 @@ class HttpConn:
     the request of DESIGN §8; requests are pipelined, replies come back in order."""
 
     def __init__(self, port, host="127.0.0.1", timeout=5.0, token=None):
-        self.sock = socket.create_connection((host, port), timeout=timeout)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.timeout = timeout
+        super().__init__(port, host, timeout)  # buf is consumed from its start: pos stays 0
         self.token = token
-        self.buf = bytearray()
         self.expect = []  # the command of each request sent, oldest first
-        self.closed = False
 
     # --- commands -> requests
     @staticmethod
@@ -499,18 +503,6 @@ class HttpConn:
         return self.read()
 
     # --- responses -> RESP shapes
-    def _fill(self, timeout=None):
-        self.sock.settimeout(self.timeout if timeout is None else timeout)
-        try:
-            chunk = self.sock.recv(1 << 20)
-        except ConnectionResetError:
-            self.closed = True
-            raise ConnectionClosed("connection reset")
-        if not chunk:
-            self.closed = True
-            raise ConnectionClosed("connection closed by server")
-        self.buf += chunk
-
     def read_response(self, timeout=None):
         """-> (status, headers dict with lower-case names, body bytes)."""
         while b"\r\n\r\n" not in self.buf:
@@ -603,11 +595,6 @@ class HttpConn:
             return True
         return True
 
-    def wait_closed(self, timeout=2.0):
-        return RespConn.wait_closed(self, timeout)
-
-    close = RespConn.close
-    reset = RespConn.reset
 
 
 def wait_blocked(conn, n, timeout=2.0):

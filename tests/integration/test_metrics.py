@@ -66,6 +66,9 @@ def test_names_values_and_promtool(server):
     assert s[("delayq_store_up", "")] == 1
     if server.store_url is None:
         assert s[("delayq_log_bytes", "")] > 0
+    # the log's fsync durations come from the embedded store alone
+    assert ("# TYPE delayq_fsync_duration_seconds histogram\n" in text) == \
+        (server.store_url is None)
     for fam in ("delayq_jobs gauge", "delayq_jobs_total counter",
                 "delayq_fire_lag_seconds histogram", "delayq_command_duration_seconds histogram",
                 "delayq_connected_clients gauge", "delayq_blocked_clients gauge",
@@ -92,6 +95,59 @@ def test_jobs_in_ram_and_on_disk(make_server):
     assert s[("delayq_far_segment_bytes", "")] > 0
     assert s[("delayq_far_segments_loading", "")] == 0
     assert "# TYPE delayq_far_records_loaded_total counter\n" in text
+    p = subprocess.run([PROMTOOL, "check", "metrics"], input=text.encode(),
+                       capture_output=True, timeout=30)
+    assert p.returncode == 0 and not p.stdout.strip() and not p.stderr.strip(), p
+
+
+def fsync_figures(srv):
+    """(count, sum, cumulative buckets by le) of delayq_fsync_duration_seconds, and the text."""
+    text = scrape(srv)
+    s = samples(text)
+    name = "delayq_fsync_duration_seconds"
+    buckets = {re.search(r'le="([^"]+)"', k[1]).group(1): v
+               for k, v in s.items() if k[0] == name + "_bucket"}
+    return s[(name + "_count", "")], s[(name + "_sum", "")], buckets, text
+
+
+def info_fields(conn):
+    info = conn.call("INFO").decode()
+    return dict(ln.split(":", 1) for ln in info.splitlines() if ":" in ln)
+
+
+@pytest.mark.stores("embedded")
+@pytest.mark.parametrize("mode", ["always", "everysec"])
+def test_fsync_durations(make_server, mode):
+    """Every sync that makes commits durable is timed: the group commit's under --fsync
+    always (one per ADD sent one at a time), the sync thread's under everysec."""
+    srv = make_server("--fsync", mode)
+    c = srv.raw()
+    c.call("ADD", "f", "first", "x")
+    if mode == "everysec":
+        assert wait_until(lambda: fsync_figures(srv)[0] >= 1, 5), "the sync thread never synced"
+    n0, sum0, _, _ = fsync_figures(srv)
+    n = 40
+    for i in range(n):
+        c.call("ADD", "f", "j%d" % i, "x")
+    if mode == "always":
+        n1, sum1, buckets, text = fsync_figures(srv)
+        assert n1 - n0 >= n, (n0, n1)
+    else:
+        # the thread syncs about once a second whatever the number of commits
+        assert wait_until(lambda: fsync_figures(srv)[0] > n0, 5), "no sync after the ADDs"
+        n1, sum1, buckets, text = fsync_figures(srv)
+        assert n1 - n0 < n
+    assert sum1 >= sum0  # (syncs on tmpfs take less than the microsecond the clock counts)
+    les = sorted((float(k), v) for k, v in buckets.items() if k != "+Inf")
+    assert len(les) >= 10 and buckets["+Inf"] == n1
+    assert all(a[1] <= b[1] for a, b in zip(les, les[1:])), les
+    # INFO shows the same figures (no sync can happen in between under always)
+    info = info_fields(c)
+    if mode == "always":
+        assert int(info["log_fsync_seconds_count"]) == n1
+    assert int(info["log_fsync_seconds_count"]) >= n1
+    assert float(info["log_fsync_seconds_sum"]) >= sum1 - 1e-6
+    assert info["log_fsync_seconds_buckets"].endswith("+Inf=" + info["log_fsync_seconds_count"])
     p = subprocess.run([PROMTOOL, "check", "metrics"], input=text.encode(),
                        capture_output=True, timeout=30)
     assert p.returncode == 0 and not p.stdout.strip() and not p.stderr.strip(), p

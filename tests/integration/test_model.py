@@ -196,7 +196,7 @@ def test_timers_across_wheel_levels(c, raw):
 
 def test_many_jobs_due_in_the_same_millisecond(c, raw):
     n = 5000
-    at = now_ms() + 300
+    at = now_ms() + 3000  # adding 5000 takes ~100 ms; the margin is for a loaded machine
     cmds = b"".join(encode_command("ADD", "same", "s%05d" % i, "x", "AT", at) for i in range(n))
     c.send_raw(cmds)
     for _ in range(n):
@@ -213,11 +213,11 @@ def test_many_jobs_due_in_the_same_millisecond(c, raw):
         got += [j[1] for j in rep]
     done = now_ms()
     assert got == [b"s%05d" % i for i in range(n)]
-    # Prompt, not on a polling interval; the 1 ms figure is a benchmark
-    # (scripts/burst-bench), and moving 5000 jobs through Redis takes tens
-    # of ms on a busy machine.
-    assert -1 <= first - at < 200, first - at
-    assert done - at < 2000
+    # Prompt, not on a polling interval (the Redis store's sweep runs every 900 ms); the 1 ms
+    # figure is a benchmark (scripts/burst-bench), and moving 5000 jobs through Redis takes
+    # tens of ms, more on a busy machine.
+    assert -1 <= first - at < 500, first - at
+    assert done - at < 3000
 
 
 def test_far_future_jobs(c):

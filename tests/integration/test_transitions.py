@@ -110,15 +110,20 @@ def test_retries_zero_dies_on_first_expiry(c):
 
 
 def test_touch_extends_lease(c):
-    c.call("ADD", "t", "a", "x", "TTR", 150)
-    reserve(c, "t")
-    time.sleep(0.1)
-    c.call("TOUCH", "t", "a")            # deadline = now + 150
-    time.sleep(0.1)                        # past the original deadline
+    # Deadlines are read from the replies, so a slow machine cannot make the lease end between
+    # the steps: only a stall of over a second between RESERVE and TOUCH could.
+    c.call("ADD", "t", "a", "x", "TTR", 2000)
+    first = reserve(c, "t")[0][4]
+    time.sleep(1.0)
+    before = now_ms()
+    deadline = c.call("TOUCH", "t", "a")   # now + the job's ttr
+    assert_between(deadline, before + 2000, now_ms() + 2000)
+    assert wait_until(lambda: now_ms() > first + 100, 5.0)  # past the original deadline
     assert state(c, "t", "a") == b"reserved"
+    assert get(c, "t", "a")["deadline"] == deadline
     c.call("TOUCH", "t", "a", "TTR", 60)
-    wait_state(c, "t", "a", b"ready", timeout=1.0)
-    assert get(c, "t", "a")["ttr"] == 150  # TOUCH TTR does not change the job's ttr
+    wait_state(c, "t", "a", b"ready", timeout=5.0)
+    assert get(c, "t", "a")["ttr"] == 2000  # TOUCH TTR does not change the job's ttr
 
 
 def test_touch_after_expiry_is_notreserved(c):

@@ -328,6 +328,40 @@ static void test_metrics_table(void **state) {
     assert_int_equal(vi.other_topic, 2);
 }
 
+/* A store's histogram reaches /metrics through its INFO lines: the sum and
+ * the cumulative buckets; a malformed buckets line is not reported. */
+static void test_store_hist_lines(void **state) {
+    const struct store_gauge *g = &metrics_store_hists[0];
+    struct hist h;
+    double bounds[HIST_MAX_BOUNDS];
+    char prefix[64], sum[80], buckets[80];
+    snprintf(prefix, sizeof prefix, "%s", g->info);
+    snprintf(sum, sizeof sum, "%s_sum", prefix);
+    snprintf(buckets, sizeof buckets, "%s_buckets", prefix);
+    memset(&h, 0, sizeof h);
+    metrics_store_hist_line(g, "other_sum", "9", &h, bounds);
+    assert_true(h.sum == 0);
+    metrics_store_hist_line(g, sum, "0.25", &h, bounds);
+    metrics_store_hist_line(g, buckets, "0.001=1,0.01=3,1=3,+Inf=5", &h, bounds);
+    assert_int_equal(h.nbounds, 3);
+    assert_true(h.bounds == bounds && bounds[1] == 0.01);
+    assert_int_equal(h.count, 5);
+    assert_int_equal(hist_le(&h, 0), 1);
+    assert_int_equal(hist_le(&h, 1), 3);
+    assert_int_equal(hist_le(&h, 2), 3);
+    assert_int_equal(h.counts[3], 2);
+    assert_true(h.sum == 0.25);
+    const char *bad[] = {
+        "", "+Inf", "0.001=1", "0.001=1,", "0.01=1,0.001=2,+Inf=2",
+        "0.001=3,0.01=2,+Inf=3", "0.001=1,+Inf=0", "x=1,+Inf=1",
+        "0.001=-1,+Inf=1", "0.001=1,+Inf=1,0.1=1", "0.001=1;+Inf=1",
+        "0.001=1,+Inf=1x", "nan=1,+Inf=1", "inf=1,+Inf=1"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        metrics_store_hist_line(g, buckets, bad[i], &h, bounds);
+        if (h.nbounds != 0) fail_msg("accepted \"%s\"", bad[i]);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_add_validation_names_the_field, setup, teardown),
@@ -339,6 +373,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_cancelled_wait_leaves_the_job_ready, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stop_answers_waiters_and_does_not_block_new_ones, setup, teardown),
         cmocka_unit_test_setup_teardown(test_metrics_table, setup, teardown),
+        cmocka_unit_test(test_store_hist_lines),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -822,6 +822,58 @@ static void test_fsync_failure(void **state) {
     tl_close(&t);
 }
 
+/* INFO lines of the log, for the fsync figures. */
+struct info_lines {
+    char count[32], sum[32], buckets[512];
+};
+
+static void info_line(void *ud, const char *name, const char *value) {
+    struct info_lines *il = ud;
+    if (!strcmp(name, "log_fsync_seconds_count"))
+        snprintf(il->count, sizeof il->count, "%s", value);
+    else if (!strcmp(name, "log_fsync_seconds_sum"))
+        snprintf(il->sum, sizeof il->sum, "%s", value);
+    else if (!strcmp(name, "log_fsync_seconds_buckets"))
+        snprintf(il->buckets, sizeof il->buckets, "%s", value);
+}
+
+static int slow_fdatasync(int fd) {
+    usleep(3000);
+    return bad_fdatasync(fd);
+}
+
+/* Every group commit's sync is timed under --fsync always, a failed one
+ * too, each in the bucket its duration says. */
+static void test_fsync_durations(void **state) {
+    struct tl t = {.now = T0, .fsync_mode = DQ_FSYNC_ALWAYS};
+    tl_open(&t);
+    struct info_lines il;
+    wal_info(t.w, info_line, &il);
+    assert_string_equal(il.count, "0");
+    assert_string_equal(il.sum, "0.000000");
+    assert_non_null(strstr(il.buckets, "0.0001=0,"));
+    tl_add(&t, "q", "a", "body", 0);
+    tl_commit(&t);
+    tl_add(&t, "q", "b", "body", 0);
+    tl_commit(&t);
+    wal_io.fdatasync = slow_fdatasync; /* >= 3 ms each, the second fails */
+    tl_add(&t, "q", "c", "body", 0);
+    tl_commit(&t);
+    fail_syncs = 1;
+    tl_add(&t, "q", "d", "body", 0);
+    assert_int_equal(wal_commit(t.w), -1);
+    wal_io.fdatasync = wal_io_default.fdatasync;
+    wal_info(t.w, info_line, &il);
+    assert_string_equal(il.count, "4");
+    assert_true(strtod(il.sum, NULL) >= 0.006);
+    /* cumulative: the two slow ones are above 2.5 ms, all four by 5 s */
+    char *le25 = strstr(il.buckets, ",0.0025=");
+    assert_non_null(le25);
+    assert_true(strtoul(le25 + 8, NULL, 10) <= 2);
+    assert_non_null(strstr(il.buckets, ",5=4,+Inf=4"));
+    tl_close(&t);
+}
+
 static void test_alloc_failure(void **state) {
     struct tl t = {.now = T0, .fsync_mode = DQ_FSYNC_NO};
     tl_open(&t);
@@ -1147,6 +1199,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_write_failure_and_reload, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_fsync_failure, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fsync_durations, setup, teardown),
         cmocka_unit_test_setup_teardown(test_alloc_failure, setup, teardown),
         cmocka_unit_test_setup_teardown(test_compaction_unpinned, setup,
                                         teardown),
