@@ -203,6 +203,10 @@ def test_torn_far_segment_tail_is_ignored_with_a_warning(make_server):
     assert get(c, "t", "j7")["body"] == b"b7"
     assert "torn tail" in srv.log()
     assert wait_until(lambda: not far_files(srv), timeout=5)
+    # the check in the background does not count it as damage either
+    assert wait_until(lambda: "checked in the background" in srv.log(), timeout=10)
+    assert int(info(c)["far_damaged_places"]) == 0
+    assert not os.path.exists(os.path.join(srv.data_dir, "far", "DAMAGED"))
 
 
 def test_bad_far_segment_header_stops_the_start(make_server):
