@@ -17,6 +17,7 @@
  */
 #include "push/push.h"
 
+#include <ctype.h>
 #include <curl/curl.h>
 #include <event2/event.h>
 #include <inttypes.h>
@@ -41,8 +42,9 @@
 #define SECRETS_MAX 8
 #define KEY_MAX 256
 #define RETRY_MS 1000 /* a reserve that failed (store down) is retried */
-#define PUSH_HOST_CONNECTIONS 256 /* per receiver host:port */
+#define PUSH_HOST_CONNECTIONS 256 /* transfers in curl per receiver host:port */
 #define SETTLE_SLICE 64           /* finished transfers settled per event */
+#define QUEUE_CHECK_MS 100        /* waiting deliveries' timeouts checked */
 
 struct ptopic {
     struct hnode hn;
@@ -55,6 +57,18 @@ struct ptopic {
     char name[];
 };
 
+/* A receiver (host:port): its transfers in curl, at most
+ * PUSH_HOST_CONNECTIONS, and the deliveries waiting for one of them to end
+ * (FIFO). Freed when it has neither. */
+struct phost {
+    struct hnode hn;
+    uint64_t hash;
+    uint32_t active;
+    struct delivery *qhead, *qtail;
+    size_t len;
+    char key[]; /* "host:port", the host in lower case */
+};
+
 struct secret {
     unsigned char key[KEY_MAX];
     size_t len;
@@ -62,17 +76,22 @@ struct secret {
 
 struct delivery {
     struct delivery *prev, *next; /* the pusher's list of deliveries */
+    struct delivery *qnext;       /* on its host's queue, or the queue of
+                                     finished transfers */
+    struct phost *h;              /* its receiver while it waits or is in curl */
     struct pusher *p;             /* NULL once the pusher is gone */
     struct ptopic *t;
     CURL *easy;
     struct curl_slist *hdrs;
     int64_t start_us, end_us, due;
+    int64_t sent_us;              /* handed to curl; 0 = never */
+    int64_t timeout_ms;
     uint32_t attempts, ttr, backoff_cap;
     long status;     /* HTTP status, 0 = none */
     CURLcode result;
-    struct dq_str id, body, url;
+    struct dq_str id, body, url, ct;
     char err[CURL_ERROR_SIZE];
-    char data[];     /* id, body, url, then NUL */
+    char data[];     /* id, body, url, NUL, content type */
 };
 
 struct pusher {
@@ -85,15 +104,21 @@ struct pusher {
     struct event *pump;    /* drains the queue of dirty topics */
     struct event *retry;   /* after a failed reserve */
     struct event *settle;  /* settles the rest of the finished transfers */
+    struct event *qcheck;  /* times out deliveries waiting for a receiver */
+    size_t nqueued;        /* deliveries waiting for their receiver */
     struct htab topics;    /* struct ptopic by name */
+    struct htab hosts;     /* struct phost by key */
     struct ptopic *queue;  /* dirty topics with room */
     struct secret secrets[SECRETS_MAX];
     size_t nsecrets;
     EVP_MAC *mac;
-    CURL *idle[64];        /* easy handles kept for reuse */
+    CURL *idle[PUSH_HOST_CONNECTIONS]; /* easy handles kept for reuse */
     size_t nidle;
     uint64_t inflight;     /* deliveries not yet ended */
+    uint32_t reserving;    /* topics with a reserve in flight */
     struct delivery *all;  /* every delivery not yet ended */
+    struct delivery *done_head, *done_tail; /* finished transfers to settle */
+    struct pusher **listing; /* the first TOPICS, while in flight */
     bool stopping;
 };
 
@@ -334,11 +359,11 @@ static void settle(struct delivery *d) {
     struct dq_str topic = topic_name(d->t);
     d->end_us = clock_us();
     curl_off_t pre = 0;
-    if (d->easy &&
+    if (d->easy && d->sent_us &&
         curl_easy_getinfo(d->easy, CURLINFO_PRETRANSFER_TIME_T, &pre) ==
             CURLE_OK &&
         pre > 0)
-        metrics_fire_lag(p->metrics, topic, d->start_us + pre - d->due * 1000);
+        metrics_fire_lag(p->metrics, topic, d->sent_us + pre - d->due * 1000);
     if (d->easy && d->result == CURLE_OK)
         curl_easy_getinfo(d->easy, CURLINFO_RESPONSE_CODE, &d->status);
     long st = d->status;
@@ -361,27 +386,202 @@ static void settle(struct delivery *d) {
     core_nack(p->core, topic, d->id, delay, settled_cb, d);
 }
 
+/* --- receivers: at most PUSH_HOST_CONNECTIONS transfers each in curl ------ */
+
+static CURL *easy_get(struct pusher *p);
+static void build_headers(struct pusher *p, struct delivery *d);
+
+static uint64_t phost_hash(const struct hnode *n) {
+    return ((const struct phost *)n)->hash;
+}
+
+/* The receiver of a URL that url_split accepted. */
+static struct phost *host_get(struct pusher *p, const struct url_parts *u) {
+    const char *q = u->host + u->host_len;
+    if (*q == ']') q++; /* IPv6 */
+    unsigned port = *q == ':' ? (unsigned)strtoul(q + 1, NULL, 10) : u->https ? 443 : 80;
+    char key[DQ_URL_MAX + 8];
+    size_t n = 0;
+    for (size_t i = 0; i < u->host_len && n < DQ_URL_MAX; i++)
+        key[n++] = (char)tolower((unsigned char)u->host[i]);
+    n += (size_t)snprintf(key + n, sizeof key - n, ":%u", port);
+    uint64_t h = htab_hash_bytes(key, n);
+    for (struct hnode *x = htab_bucket(&p->hosts, h); x; x = x->next) {
+        struct phost *ph = (struct phost *)x;
+        if (ph->hash == h && ph->len == n && memcmp(ph->key, key, n) == 0) return ph;
+    }
+    struct phost *ph = xcalloc(1, sizeof *ph + n);
+    ph->hash = h;
+    ph->len = n;
+    memcpy(ph->key, key, n);
+    htab_insert(&p->hosts, &ph->hn, h);
+    return ph;
+}
+
+/* Queues a transfer that is over (or never started) for settling. */
+static void done_push(struct pusher *p, struct delivery *d) {
+    d->qnext = NULL;
+    if (p->done_tail) p->done_tail->qnext = d;
+    else p->done_head = d;
+    p->done_tail = d;
+    event_active(p->settle, 0, 0);
+}
+
+/* Hands d's transfer to curl with what is left of its timeout (the time it
+ * waited for its receiver counts), or fails it if nothing is left. The
+ * request (headers, signature, handle) is made here, so a delivery waiting
+ * for its receiver costs no curl handle, and its timestamp is when it is
+ * sent. */
+static void transfer_start(struct pusher *p, struct delivery *d) {
+    int64_t left = d->timeout_ms - (clock_us() - d->start_us) / 1000;
+    if (left <= 0) {
+        d->h = NULL;
+        d->result = CURLE_OPERATION_TIMEDOUT;
+        snprintf(d->err, sizeof d->err, "timed out after %" PRId64 " ms waiting for "
+                 "one of the %d connections to the receiver", d->timeout_ms,
+                 PUSH_HOST_CONNECTIONS);
+        done_push(p, d);
+        return;
+    }
+    CURL *e = easy_get(p);
+    if (!e) {
+        d->h = NULL;
+        d->result = CURLE_OUT_OF_MEMORY;
+        done_push(p, d);
+        return;
+    }
+    d->easy = e;
+    build_headers(p, d);
+    curl_easy_setopt(e, CURLOPT_URL, d->url.p);
+    curl_easy_setopt(e, CURLOPT_PRIVATE, d);
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, d->hdrs);
+    curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)d->body.len);
+    curl_easy_setopt(e, CURLOPT_POSTFIELDS, d->body.p);
+    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, d->err);
+    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)left);
+    d->sent_us = clock_us();
+    d->h->active++;
+    if (curl_multi_add_handle(p->multi, d->easy) != CURLM_OK) {
+        d->h->active--;
+        d->h = NULL;
+        d->sent_us = 0;
+        d->result = CURLE_FAILED_INIT;
+        done_push(p, d);
+    }
+}
+
+/* Starts the waiting deliveries of h that have room; frees h when it has
+ * neither transfers nor deliveries waiting. */
+static void host_pump(struct pusher *p, struct phost *h) {
+    while (h->qhead && h->active < PUSH_HOST_CONNECTIONS) {
+        struct delivery *d = h->qhead;
+        h->qhead = d->qnext;
+        if (!h->qhead) h->qtail = NULL;
+        p->nqueued--;
+        transfer_start(p, d);
+    }
+    if (!h->active && !h->qhead) {
+        htab_remove(&p->hosts, &h->hn, h->hash);
+        dq_free(h);
+    }
+}
+
+/* d's transfer, for its receiver h: at once if h has room, else after
+ * those before it. So curl never queues a transfer itself: libcurl 7.88's
+ * curl_multi_remove_handle walks its queue of transfers waiting for a
+ * connection, and with thousands waiting (topics stuck on one dead
+ * receiver) the once-a-second burst of timeouts stalled the loop for
+ * 120-250 ms (docs/benchmarks.md). */
+static void host_admit(struct pusher *p, struct phost *h, struct delivery *d) {
+    d->h = h;
+    if (h->active < PUSH_HOST_CONNECTIONS && !h->qhead) {
+        transfer_start(p, d);
+        return;
+    }
+    d->qnext = NULL;
+    if (h->qtail) h->qtail->qnext = d;
+    else h->qhead = d;
+    h->qtail = d;
+    p->nqueued++;
+    if (!evtimer_pending(p->qcheck, NULL)) {
+        struct timeval tv = {0, QUEUE_CHECK_MS * 1000};
+        evtimer_add(p->qcheck, &tv);
+    }
+}
+
+/* Fails the deliveries of h whose timeout ran out while they waited. */
+static void host_expire(void *ud, struct hnode *n) {
+    struct pusher *p = ud;
+    struct phost *h = (struct phost *)n;
+    int64_t now = clock_us();
+    struct delivery **link = &h->qhead, *prev = NULL;
+    while (*link) {
+        struct delivery *d = *link;
+        if (now - d->start_us < d->timeout_ms * 1000) {
+            prev = d;
+            link = &d->qnext;
+            continue;
+        }
+        *link = d->qnext;
+        if (h->qtail == d) h->qtail = prev;
+        p->nqueued--;
+        transfer_start(p, d); /* fails it: no time left */
+    }
+}
+
+/* Every QUEUE_CHECK_MS while deliveries wait: their timeouts (a receiver
+ * whose transfers all hang frees no place before its own timeouts, and a
+ * waiting job's TTR may be shorter). Hosts are freed by host_pump only. */
+static void qcheck_cb(evutil_socket_t fd, short what, void *arg) {
+    struct pusher *p = arg;
+    htab_foreach(&p->hosts, host_expire, p);
+    if (p->nqueued) {
+        struct timeval tv = {0, QUEUE_CHECK_MS * 1000};
+        evtimer_add(p->qcheck, &tv);
+    }
+}
+
 /* --- curl on the loop ------------------------------------------------------ */
 
-/* Settles the transfers curl has finished, SETTLE_SLICE at a time: when
- * thousands end together (the timeouts of a receiver that never answers),
- * the rest wait for the next turn of the loop (p->settle), so that clients
- * are served in between. */
+/* Takes the transfers curl has finished and settles them, SETTLE_SLICE at
+ * a time: when thousands end together (the timeouts of a receiver that
+ * never answers), the rest wait for the next turn of the loop (p->settle),
+ * so that clients are served in between. Each frees a place for its
+ * receiver's next waiting delivery.
+ *
+ * Every message is read before any handle is removed: libcurl 7.88's
+ * curl_multi_remove_handle also walks the messages not yet read, looking
+ * for the handle's own, which is quadratic when many end together. */
 static void check_done(struct pusher *p) {
     CURLMsg *m;
-    int left = 0, n = 0;
-    while (n < SETTLE_SLICE && (m = curl_multi_info_read(p->multi, &left))) {
-        n++;
+    int left;
+    struct delivery *first = NULL, *last = NULL;
+    while ((m = curl_multi_info_read(p->multi, &left))) {
         if (m->msg != CURLMSG_DONE) continue;
-        CURL *e = m->easy_handle;
-        CURLcode rc = m->data.result;
         struct delivery *d = NULL;
-        curl_easy_getinfo(e, CURLINFO_PRIVATE, (char **)&d);
-        curl_multi_remove_handle(p->multi, e);
-        d->result = rc;
+        curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&d);
+        d->result = m->data.result;
+        d->qnext = NULL;
+        if (last) last->qnext = d;
+        else first = d;
+        last = d;
+    }
+    for (struct delivery *d = first, *next; d; d = next) {
+        next = d->qnext;
+        curl_multi_remove_handle(p->multi, d->easy);
+        struct phost *h = d->h;
+        d->h = NULL;
+        h->active--;
+        done_push(p, d);
+        host_pump(p, h);
+    }
+    for (int n = 0; n < SETTLE_SLICE && p->done_head; n++) {
+        struct delivery *d = p->done_head;
+        p->done_head = d->qnext;
+        if (!p->done_head) p->done_tail = NULL;
         settle(d);
     }
-    if (left > 0) event_active(p->settle, 0, 0);
+    if (p->done_head) event_active(p->settle, 0, 0);
 }
 
 static void settle_cb(evutil_socket_t fd, short what, void *arg) {
@@ -473,13 +673,13 @@ static void add_header(struct delivery *d, const char *fmt, ...) {
 }
 
 /* The headers of §9. */
-static void build_headers(struct pusher *p, struct delivery *d,
-                          const struct dq_job *j) {
+static void build_headers(struct pusher *p, struct delivery *d) {
     int64_t ts = clock_ms() / 1000;
+    struct dq_str topic = topic_name(d->t);
     char wid[DQ_TOPIC_MAX + DQ_ID_MAX + 2];
-    int widlen = snprintf(wid, sizeof wid, "%.*s/%.*s", (int)j->topic.len,
-                          j->topic.p, (int)j->id.len, j->id.p);
-    struct dq_str ct = j->content_type;
+    int widlen = snprintf(wid, sizeof wid, "%.*s/%.*s", (int)topic.len,
+                          topic.p, (int)d->id.len, d->id.p);
+    struct dq_str ct = d->ct;
     if (ct.len == 0) ct = (struct dq_str){DQ_CTYPE_DEFAULT, strlen(DQ_CTYPE_DEFAULT)};
     add_header(d, "Content-Type: %.*s", (int)ct.len, ct.p);
     add_header(d, "webhook-id: %s", wid);
@@ -498,16 +698,16 @@ static void build_headers(struct pusher *p, struct delivery *d,
         }
         add_header(d, "webhook-signature: %s", sigs);
     }
-    add_header(d, "delayq-topic: %.*s", (int)j->topic.len, j->topic.p);
-    add_header(d, "delayq-attempt: %" PRIu32, j->attempts);
-    add_header(d, "delayq-due: %" PRId64, j->due);
+    add_header(d, "delayq-topic: %.*s", (int)topic.len, topic.p);
+    add_header(d, "delayq-attempt: %" PRIu32, d->attempts);
+    add_header(d, "delayq-due: %" PRId64, d->due);
     add_header(d, "Expect:"); /* no 100-continue round trip */
 }
 
 static void delivery_start(struct pusher *p, struct ptopic *t,
                            const struct dq_job *j) {
-    struct delivery *d = xcalloc(
-        1, sizeof *d + j->id.len + j->body.len + j->url.len + 1);
+    struct delivery *d = xcalloc(1, sizeof *d + j->id.len + j->body.len +
+                                        j->url.len + 1 + j->content_type.len);
     d->p = p;
     d->t = t;
     char *q = d->data;
@@ -520,6 +720,9 @@ static void delivery_start(struct pusher *p, struct ptopic *t,
     memcpy(q, j->url.p, j->url.len);
     d->url = (struct dq_str){q, j->url.len};
     q[j->url.len] = '\0';
+    q += j->url.len + 1;
+    if (j->content_type.len) memcpy(q, j->content_type.p, j->content_type.len);
+    d->ct = (struct dq_str){q, j->content_type.len};
     d->due = j->due;
     d->attempts = j->attempts;
     d->ttr = j->ttr;
@@ -546,27 +749,9 @@ static void delivery_start(struct pusher *p, struct ptopic *t,
         return;
     }
 
-    CURL *e = easy_get(p);
-    if (!e) {
-        d->result = CURLE_OUT_OF_MEMORY;
-        settle(d);
-        return;
-    }
-    d->easy = e;
-    build_headers(p, d, j);
-    int64_t timeout = p->cfg.timeout_ms;
-    if (timeout > (int64_t)d->ttr) timeout = d->ttr;
-    curl_easy_setopt(e, CURLOPT_URL, q);
-    curl_easy_setopt(e, CURLOPT_PRIVATE, d);
-    curl_easy_setopt(e, CURLOPT_HTTPHEADER, d->hdrs);
-    curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)d->body.len);
-    curl_easy_setopt(e, CURLOPT_POSTFIELDS, d->body.p);
-    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)timeout);
-    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, d->err);
-    if (curl_multi_add_handle(p->multi, e) != CURLM_OK) {
-        d->result = CURLE_FAILED_INIT;
-        settle(d);
-    }
+    d->timeout_ms = p->cfg.timeout_ms;
+    if (d->timeout_ms > (int64_t)d->ttr) d->timeout_ms = d->ttr;
+    host_admit(p, host_get(p, &u), d);
 }
 
 /* --- reserving --------------------------------------------------------------- */
@@ -574,8 +759,13 @@ static void delivery_start(struct pusher *p, struct ptopic *t,
 static void reserve_cb(void *pd, const struct dq_result *res) {
     struct ptopic *t = pd;
     struct pusher *p = t->p;
+    if (!p) { /* the pusher went first: the jobs come back after their lease */
+        dq_free(t);
+        return;
+    }
     uint32_t want = p->cfg.concurrency - t->held;
     t->reserving = false;
+    p->reserving--;
     if (res->status != DQ_OK) {
         /* the store is down or refuses changes: try again in a while */
         t->dirty = true;
@@ -605,6 +795,7 @@ static void pump_cb(evutil_socket_t fd, short what, void *arg) {
         if (!p->stopping && !t->reserving && t->dirty &&
             t->held < p->cfg.concurrency) {
             t->reserving = true;
+            p->reserving++;
             core_reserve_push(p->core, topic_name(t),
                               p->cfg.concurrency - t->held, reserve_cb, t);
         } else {
@@ -626,7 +817,10 @@ static void retry_cb(evutil_socket_t fd, short what, void *arg) {
 
 /* At start: every topic may hold push jobs that were ready before. */
 static void topics_cb(void *pd, const struct dq_result *res) {
-    struct pusher *p = pd;
+    struct pusher **box = pd, *p = *box;
+    dq_free(box);
+    if (!p) return; /* the pusher went first */
+    p->listing = NULL;
     if (res->status != DQ_OK) {
         log_warn("push: cannot list topics at start: %s",
                  res->errmsg ? res->errmsg : dq_status_code(res->status));
@@ -655,6 +849,7 @@ struct pusher *pusher_new(struct event_base *base, struct core *core,
     if (p->cfg.concurrency == 0) p->cfg.concurrency = 64;
     if (p->cfg.timeout_ms <= 0) p->cfg.timeout_ms = 30000;
     htab_init(&p->topics, 16, ptopic_hash);
+    htab_init(&p->hosts, 16, phost_hash);
     for (const char *s = cfg->secrets; s && *s;) {
         const char *comma = strchr(s, ',');
         size_t n = comma ? (size_t)(comma - s) : strlen(s);
@@ -677,8 +872,9 @@ struct pusher *pusher_new(struct event_base *base, struct core *core,
     p->pump = event_new(base, -1, 0, pump_cb, p);
     p->retry = evtimer_new(base, retry_cb, p);
     p->settle = event_new(base, -1, 0, settle_cb, p);
+    p->qcheck = evtimer_new(base, qcheck_cb, p);
     if (!p->mac || !p->multi || !p->timer || !p->pump || !p->retry ||
-        !p->settle) {
+        !p->settle || !p->qcheck) {
         snprintf(err, errlen, "push: cannot start libcurl or libcrypto");
         pusher_free(p);
         return NULL;
@@ -701,7 +897,9 @@ struct pusher *pusher_new(struct event_base *base, struct core *core,
                                  : 1024));
     if (core_can_push(core)) {
         core_set_push_ready(core, on_push_ready, p);
-        core_topics(core, topics_cb, p);
+        p->listing = xmalloc(sizeof *p->listing);
+        *p->listing = p;
+        core_topics(core, topics_cb, p->listing);
     }
     return p;
 }
@@ -710,14 +908,25 @@ void pusher_stop(struct pusher *p) {
     if (p) p->stopping = true;
 }
 
-bool pusher_idle(const struct pusher *p) { return !p || p->inflight == 0; }
+bool pusher_idle(const struct pusher *p) {
+    return !p || (p->inflight == 0 && p->reserving == 0 && !p->listing);
+}
 
-static void free_topic(void *ud, struct hnode *n) { dq_free(n); }
+static void free_entry(void *ud, struct hnode *n) { dq_free(n); }
 
-/* Deliveries still with curl are dropped (their jobs stay reserved and come
- * back when their lease ends); those waiting for the core to settle them
- * are orphaned: their callback frees them when it comes (the core's store
- * completes everything when it closes). */
+/* A topic whose reserve is in flight is left to reserve_cb (the core's
+ * store completes every call when it closes, after the pusher). */
+static void free_topic(void *ud, struct hnode *n) {
+    struct ptopic *t = (struct ptopic *)n;
+    if (t->reserving) t->p = NULL;
+    else dq_free(t);
+}
+
+/* Deliveries not yet settled (with curl, waiting for their receiver, or
+ * finished and not yet settled) are dropped: their jobs stay reserved and
+ * come back when their lease ends. Those waiting for the core to settle
+ * them are orphaned: their callback frees them when it comes (the core's
+ * store completes everything when it closes). */
 static void drop_deliveries(struct pusher *p) {
     struct delivery *d = p->all;
     while (d) {
@@ -726,13 +935,9 @@ static void drop_deliveries(struct pusher *p) {
             curl_multi_remove_handle(p->multi, d->easy);
             curl_easy_cleanup(d->easy);
             d->easy = NULL;
-            if (!d->end_us) { /* not yet settled */
-                delivery_free(d);
-                d = next;
-                continue;
-            }
         }
-        d->p = NULL;
+        if (!d->end_us) delivery_free(d); /* not yet settled: no call to wait for */
+        else d->p = NULL;                 /* its ACK or NACK completes later */
         d = next;
     }
     p->all = NULL;
@@ -748,8 +953,12 @@ void pusher_free(struct pusher *p) {
     if (p->pump) event_free(p->pump);
     if (p->retry) event_free(p->retry);
     if (p->settle) event_free(p->settle);
+    if (p->qcheck) event_free(p->qcheck);
     if (p->mac) EVP_MAC_free(p->mac);
     htab_foreach(&p->topics, free_topic, NULL);
     htab_destroy(&p->topics);
+    if (p->listing) *p->listing = NULL;
+    htab_foreach(&p->hosts, free_entry, NULL);
+    htab_destroy(&p->hosts);
     dq_free(p);
 }

@@ -16,7 +16,9 @@
  * At most cfg->concurrency jobs of one topic are in the pusher's hands at a
  * time (from the reserve to the ACK/NACK), so a receiver that never answers
  * holds back only its own topic. Connections are kept alive and reused by
- * the multi handle. Redirects are not followed.
+ * the multi handle. At most 256 transfers to one receiver (host:port) are
+ * in curl at once; more wait in the pusher's queue for that receiver, their
+ * timeout running. Redirects are not followed.
  *
  * Error convention: pusher_new returns NULL with a message; the rest cannot
  * fail (a failed delivery is an outcome, not an error).
@@ -48,10 +50,13 @@ struct pusher *pusher_new(struct event_base *base, struct core *core,
                           size_t errlen);
 /* Reserves nothing more; deliveries in flight go on. */
 void pusher_stop(struct pusher *p);
-/* True when nothing is in flight. */
+/* True when nothing is in flight: no delivery, and no call to the core
+ * (a reserve's jobs are delivered after pusher_stop). */
 bool pusher_idle(const struct pusher *p);
 /* Abandons what is in flight (those jobs come back when their lease ends)
- * and frees the pusher. Accepts NULL. */
+ * and frees the pusher. Calls it made that the core completes later (the
+ * core closes after it) find it gone and only free their own state.
+ * Accepts NULL. */
 void pusher_free(struct pusher *p);
 
 /* Standard Webhooks signature of one message, for tests: writes

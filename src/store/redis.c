@@ -35,6 +35,7 @@ const struct rs_opinfo OPS[] = {
     [OP_PURGE] = {"purge", false},   [OP_STATS] = {"stats", false},
     [OP_TOPICS] = {"carry", false},  [OP_CARRY] = {"carry", false},
     [OP_KICKJOB] = {"kickjob", false},
+    [OP_RESERVE_PUSH] = {"preserve", true},
 };
 
 static void req_free(struct rreq *rq);
@@ -67,6 +68,8 @@ static void redis_get(struct dq_store *s, struct dq_str topic, struct dq_str id,
 static void redis_reserve(struct dq_store *s, const struct dq_str *topics,
                           size_t ntopics, uint32_t count, dq_store_cb *cb,
                           void *pd);
+static void redis_reserve_push(struct dq_store *s, struct dq_str topic,
+                               uint32_t count, dq_store_cb *cb, void *pd);
 static void redis_nack(struct dq_store *s, struct dq_str topic, struct dq_str id,
                        int64_t delay, dq_store_cb *cb, void *pd);
 static void redis_touch(struct dq_store *s, struct dq_str topic,
@@ -154,12 +157,13 @@ void rs_req_complete(struct rreq *rq) {
         req_free(rq);
         return;
     }
+    bool reserve = rq->op == OP_RESERVE || rq->op == OP_RESERVE_PUSH;
     if (rq->op == OP_RESERVE && rq->status == DQ_UNAVAILABLE) s->failed_reserves = true;
     struct dq_result r = {.status = rq->status, .n = rq->n};
     if (rq->status != DQ_OK) {
         r.errmsg = rq->errbuf[0] ? rq->errbuf : NULL;
         /* a reserve that got jobs before failing must hand them out */
-        if (!(rq->op == OP_RESERVE && rq->njobs > 0)) {
+        if (!(reserve && rq->njobs > 0)) {
             rq->cb(rq->pd, &r);
             req_free(rq);
             return;
@@ -176,6 +180,7 @@ void rs_req_complete(struct rreq *rq) {
         break;
     case OP_GET:
     case OP_RESERVE:
+    case OP_RESERVE_PUSH:
         if (rq->njobs) {
             jobs = xmalloc(rq->njobs * sizeof *jobs);
             for (size_t i = 0; i < rq->njobs; i++) {
@@ -184,6 +189,10 @@ void rs_req_complete(struct rreq *rq) {
                 jobs[i].topic = (struct dq_str){a + x->topic, x->tlen};
                 jobs[i].id = (struct dq_str){a + x->id, x->ilen};
                 jobs[i].body = (struct dq_str){a + x->body, x->blen};
+                if (x->ulen) {
+                    jobs[i].url = (struct dq_str){a + x->url, x->ulen};
+                    jobs[i].content_type = (struct dq_str){a + x->ct, x->clen};
+                }
             }
         }
         r.jobs = jobs;
@@ -342,7 +351,7 @@ static char *req_copy(struct rreq *rq, const struct dq_str *in, struct dq_str *o
     char *m = xmalloc(total ? total : 1);
     size_t off = 0;
     for (size_t i = 0; i < n; i++) {
-        memcpy(m + off, in[i].p, in[i].len);
+        if (in[i].len) memcpy(m + off, in[i].p, in[i].len);
         out[i] = (struct dq_str){m + off, in[i].len};
         off += in[i].len;
     }
@@ -528,12 +537,14 @@ static void redis_close(struct dq_store *s) {
 static void redis_add(struct dq_store *s, const struct dq_add *a,
                       dq_store_cb *cb, void *pd) {
     struct rreq *rq = rs_req_new(s, OP_ADD, cb, pd);
-    struct dq_str in[3] = {a->topic, a->id, a->body}, out[3];
-    req_copy(rq, in, out, 3, 0);
+    struct dq_str in[5] = {a->topic, a->id, a->body, a->url, a->content_type}, out[5];
+    req_copy(rq, in, out, 5, 0);
     rq->add = *a;
     rq->topic = rq->add.topic = out[0];
     rq->add.id = out[1];
     rq->add.body = out[2];
+    rq->add.url = out[3];
+    rq->add.content_type = out[4];
     if (a->id.len == 1 && a->id.p[0] == '*') gen_id(s, rq, false);
     rs_submit(rq);
 }
@@ -583,10 +594,24 @@ static void redis_reserve(struct dq_store *s, const struct dq_str *topics,
     rs_submit(rq);
 }
 
+/* The pusher's RESERVE: ready push jobs of one topic (the script's
+ * preserve, from the shards' push ready lists), with their URLs. */
+static void redis_reserve_push(struct dq_store *s, struct dq_str topic,
+                               uint32_t count, dq_store_cb *cb, void *pd) {
+    struct rreq *rq = rs_req_new(s, OP_RESERVE_PUSH, cb, pd);
+    rq->topics = xmalloc(sizeof *rq->topics);
+    req_copy(rq, &topic, rq->topics, 1, 0);
+    rq->ntopics = 1;
+    rq->count = count ? count : 1;
+    if (rq->count > DQ_COUNT_MAX) rq->count = DQ_COUNT_MAX;
+    rs_submit(rq);
+}
+
 static void redis_nack(struct dq_store *s, struct dq_str topic, struct dq_str id,
                        int64_t delay, dq_store_cb *cb, void *pd) {
     struct rreq *rq = req_ids(s, OP_NACK, topic, &id, 1, cb, pd);
-    rq->delay = delay < 0 ? -1 : delay;
+    /* < 0: the job's backoff (-1 to the script); DQ_NACK_DEAD as it is */
+    rq->delay = delay == DQ_NACK_DEAD ? DQ_NACK_DEAD : delay < 0 ? -1 : delay;
     rs_submit(rq);
 }
 
@@ -665,6 +690,7 @@ const struct dq_store_ops dq_store_redis = {
     .del = redis_del,
     .get = redis_get,
     .reserve = redis_reserve,
+    .reserve_push = redis_reserve_push,
     .ack = redis_ack,
     .nack = redis_nack,
     .touch = redis_touch,

@@ -62,7 +62,7 @@ struct rcall {
     int argc;
     enum rcli_kind kind;
     int redirects;
-    bool eval;   /* send the source (EVAL), not the SHA */
+    bool eval;   /* send the source (EVAL), not the function or SHA */
     bool asking; /* send ASKING first */
     bool linked; /* in flight */
     bool queued; /* in the queue */
@@ -89,7 +89,8 @@ struct rconn {
     struct rcall *qhead, *qtail; /* waiting for a slot */
     size_t queued;
     uint64_t calls; /* commands sent, for INFO */
-    bool handshaken;    /* SCRIPT LOAD answered since the last connect */
+    bool handshaken;    /* FUNCTION / SCRIPT LOAD answered since the last connect */
+    bool fcall;         /* the node has the function library: FCALL */
 };
 
 struct rcli {
@@ -102,7 +103,11 @@ struct rcli {
     struct rconn *sub;     /* subscriber, or NULL */
     size_t sub_seed;       /* which seed the subscriber uses */
     char sha[41];          /* "" until SCRIPT LOAD answered */
+    char *evsrc;           /* the script as EVAL runs it */
     size_t srclen;
+    char *lib;             /* the script as a function library */
+    size_t liblen;
+    char fname[32];        /* its function: delayq_<hash of the source> */
     bool closing;
     /* cluster */
     struct rconn **slots;  /* REDIS_SLOTS entries, or NULL when standalone */
@@ -338,6 +343,22 @@ static void select_cb(void *pd, redisReply *r, const char *err, bool sent) {
         log_error("redis %s:%d: SELECT failed: %s", n->host, n->port, r->str);
 }
 
+/* The connection is ready for script calls. */
+static void handshake_done(struct rconn *n) {
+    struct rcli *c = n->cli;
+    n->handshaken = true;
+    n->backoff_ms = BACKOFF_MIN_MS;
+    log_info("redis %s:%d: connected (script calls by %s)", n->host, n->port,
+             n->fcall ? "FCALL" : "EVALSHA");
+    if (c->slots) {
+        /* a master came (back): its slots may have moved meanwhile */
+        if (!c->map_loaded || !c->refreshing) refresh_map(c);
+        if (c->map_loaded && c->cfg.on_up) c->cfg.on_up(c->cfg.ud);
+    } else if (c->cfg.on_up) {
+        c->cfg.on_up(c->cfg.ud);
+    }
+}
+
 static void script_load_cb(void *pd, redisReply *r, const char *err, bool sent) {
     struct rconn *n = pd;
     struct rcli *c = n->cli;
@@ -349,16 +370,39 @@ static void script_load_cb(void *pd, redisReply *r, const char *err, bool sent) 
     }
     memcpy(c->sha, r->str, 40);
     c->sha[40] = '\0';
-    n->handshaken = true;
-    n->backoff_ms = BACKOFF_MIN_MS;
-    log_info("redis %s:%d: connected", n->host, n->port);
-    if (c->slots) {
-        /* a master came (back): its slots may have moved meanwhile */
-        if (!c->map_loaded || !c->refreshing) refresh_map(c);
-        if (c->map_loaded && c->cfg.on_up) c->cfg.on_up(c->cfg.ud);
-    } else if (c->cfg.on_up) {
-        c->cfg.on_up(c->cfg.ud);
+    handshake_done(n);
+}
+
+/* Whether a FUNCTION LOAD reply says the library is there (loaded now, or
+ * by this or another instance of the same build before). */
+static bool lib_loaded(const redisReply *r) {
+    return r->type == REDIS_REPLY_STRING ||
+           (r->type == REDIS_REPLY_ERROR && strstr(r->str, "already exists"));
+}
+
+/* FUNCTION LOAD at connect: with it, script calls go as FCALL; without
+ * (Redis before 7.0, or refused), SCRIPT LOAD and EVALSHA. */
+static void function_load_cb(void *pd, redisReply *r, const char *err, bool sent) {
+    struct rconn *n = pd;
+    struct rcli *c = n->cli;
+    if (!r || n->state == C_DOWN || !n->ac) return;
+    n->fcall = lib_loaded(r);
+    if (n->fcall) {
+        handshake_done(n);
+        return;
     }
+    log_info("redis %s:%d: FUNCTION LOAD refused (%s): script calls by EVALSHA", n->host,
+             n->port, r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+    const char *av[3] = {"SCRIPT", "LOAD", c->evsrc};
+    size_t al[3] = {6, 4, c->srclen};
+    send_simple(c, n, -1, n->connect_deadline, script_load_cb, n, 3, av, al);
+}
+
+/* FUNCTION LOAD again, after a node answered that it had no such function
+ * (FUNCTION FLUSH, or a replica promoted before it got the library). */
+static void function_reload_cb(void *pd, redisReply *r, const char *err, bool sent) {
+    struct rconn *n = pd;
+    if (r && lib_loaded(r) && n->state != C_DOWN) n->fcall = true;
 }
 
 static void message_cb(redisAsyncContext *ac, void *reply, void *pd) {
@@ -528,9 +572,10 @@ static void conn_connect(struct rconn *n) {
         send_simple(c, n, -1, dl, select_cb, n, 2, av, al);
         if (n->state == C_DOWN) return;
     }
-    const char *av[3] = {"SCRIPT", "LOAD", c->cfg.script};
-    size_t al[3] = {6, 4, c->srclen};
-    send_simple(c, n, -1, dl, script_load_cb, n, 3, av, al);
+    const char *av[3] = {"FUNCTION", "LOAD", c->lib};
+    size_t al[3] = {8, 4, c->liblen};
+    n->fcall = false;
+    send_simple(c, n, -1, dl, function_load_cb, n, 3, av, al);
 }
 
 static struct rconn *conn_new(struct rcli *c, const char *host, int port,
@@ -630,13 +675,16 @@ static void send_now(struct rcli *c, struct rconn *n, struct rcall *k) {
     size_t h2len = 0;
     if (k->kind == RCLI_RAW) {
         hlen = (size_t)sprintf(head, "*%d\r\n", k->argc);
+    } else if (!k->eval && n->fcall) {
+        hlen = (size_t)sprintf(head, "*%d\r\n$5\r\nFCALL\r\n$%zu\r\n%s\r\n", k->argc + 2,
+                               strlen(c->fname), c->fname);
     } else if (!k->eval && c->sha[0]) {
         hlen = (size_t)sprintf(head, "*%d\r\n$7\r\nEVALSHA\r\n$40\r\n%s\r\n",
                                k->argc + 2, c->sha);
     } else {
         hlen = (size_t)sprintf(head, "*%d\r\n$4\r\nEVAL\r\n$%zu\r\n", k->argc + 2,
                                c->srclen);
-        h2 = c->cfg.script;
+        h2 = c->evsrc;
         h2len = c->srclen;
     }
     size_t total = hlen + (h2 ? h2len + 2 : 0) + k->len;
@@ -703,9 +751,16 @@ static void reply_cb(redisAsyncContext *ac, void *reply, void *pd) {
     }
     if (r->type == REDIS_REPLY_ERROR && k->redirects < MAX_REDIRECTS &&
         !c->closing) {
-        if (strncmp(r->str, "NOSCRIPT", 8) == 0 && k->kind == RCLI_SCRIPT) {
+        if (k->kind == RCLI_SCRIPT && (strncmp(r->str, "NOSCRIPT", 8) == 0 ||
+                                       strncmp(r->str, "ERR Function not found", 22) == 0)) {
             k->redirects++;
             k->eval = true;
+            if (n->fcall) { /* this call as EVAL, the next ones FCALL again */
+                const char *av[3] = {"FUNCTION", "LOAD", c->lib};
+                size_t al[3] = {8, 4, c->liblen};
+                n->fcall = false;
+                send_simple(c, n, -1, k->deadline, function_reload_cb, n, 3, av, al);
+            }
             dispatch(c, k, n, false);
             return;
         }
@@ -864,18 +919,36 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg) {
 
 /* --- public ------------------------------------------------------------- */
 
+/* The two forms of the script (see lua/delayq.lua): a function library
+ * named after a hash of the source, so that instances of different builds
+ * sharing a Redis each call their own; and an EVAL script that runs main. */
+static void script_forms(struct rcli *c, const char *src) {
+    uint64_t h = 1469598103934665603ULL;
+    for (const char *p = src; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ULL;
+    snprintf(c->fname, sizeof c->fname, "delayq_%016" PRIx64, h);
+    const char *body = strchr(src, '\n'); /* after the "#!lua" line */
+    body = body ? body + 1 : src;
+    size_t bl = strlen(body);
+    c->lib = xmalloc(bl + 2 * sizeof c->fname + 64);
+    c->liblen = (size_t)sprintf(c->lib, "#!lua name=%s\n%s\nredis.register_function('%s', main)\n",
+                                c->fname, body, c->fname);
+    c->evsrc = xmalloc(bl + 64);
+    c->srclen = (size_t)sprintf(c->evsrc, "#!lua\nlocal EK, EA = KEYS, ARGV\n%s\nreturn main(EK, EA)\n",
+                                body);
+}
+
 struct rcli *rcli_new(const struct rcli_config *cfg, char *err, size_t errlen) {
     struct rcli *c = xcalloc(1, sizeof *c);
     c->cfg = *cfg;
     c->url = *cfg->url;
     c->base = cfg->base;
-    c->srclen = strlen(cfg->script);
     c->tick_ev = event_new(c->base, -1, EV_PERSIST, tick_cb, c);
     if (!c->tick_ev) {
         snprintf(err, errlen, "cannot create the Redis client's timer");
         dq_free(c);
         return NULL;
     }
+    script_forms(c, cfg->script);
     struct timeval tv = {0, TICK_MS * 1000};
     event_add(c->tick_ev, &tv);
     if (c->url.cluster) c->slots = xcalloc(REDIS_SLOTS, sizeof *c->slots);
@@ -956,6 +1029,8 @@ void rcli_free(struct rcli *c, int drain_ms) {
     event_free(c->tick_ev);
     dq_free(c->slots);
     dq_free(c->channel);
+    dq_free(c->lib);
+    dq_free(c->evsrc);
     dq_free(c);
 }
 

@@ -11,8 +11,10 @@
  *  - Redis Cluster: the slot map from CLUSTER SLOTS, one connection per
  *    master, MOVED (map updated, call re-sent, map refreshed) and ASK
  *    (ASKING + re-send) followed;
- *  - the script: RCLI_SCRIPT calls go out as EVALSHA, or as EVAL while the
- *    script's SHA is not known or when a node answers NOSCRIPT;
+ *  - the script: RCLI_SCRIPT calls go out as FCALL of the script loaded as a
+ *    function library at connect (FUNCTION LOAD, Redis 7); where that is
+ *    refused, as EVALSHA; as EVAL while neither is known or when a node
+ *    answers NOSCRIPT or "Function not found" (then loaded again);
  *  - one subscriber connection for a pub/sub channel.
  *
  * Error convention: rcli_new returns NULL with a message; everything else

@@ -36,11 +36,11 @@
 #include "lib/clock.h"
 #include "lib/htab.h"
 #include "store/redis_client.h"
+#include "store/redis_rec.h"
 #include "store/redis_url.h"
 #include "store/store.h"
 
-#define NKEYS 6                  /* keys per group */
-#define REC_HDR 54               /* record header: see lua/delayq.lua */
+#define NKEYS 7                  /* keys per group */
 #define CALL_TIMEOUT_US 1800000  /* every request answers within 2 s */
 #define MAX_CALL_REQS 128        /* requests per script call */
 #define MAX_CALL_BYTES (1 << 20) /* argument bytes per script call */
@@ -53,7 +53,7 @@
 enum op {
     OP_ADD, OP_DEL, OP_ACK, OP_GET, OP_RESERVE, OP_NACK, OP_TOUCH,
     OP_RELEASE, OP_KICK, OP_LIST, OP_PURGE, OP_STATS, OP_TOPICS, OP_CARRY,
-    OP_KICKJOB,
+    OP_KICKJOB, OP_RESERVE_PUSH,
 };
 
 /* The script's name for each op, and whether its units run one after the
@@ -71,7 +71,7 @@ extern const struct rs_opinfo OPS[]; /* indexed by enum op (redis.c) */
  * blocked RESERVE, which keeps waiting on UNAVAILABLE) can simply go on. */
 static inline bool op_writes(enum op op) {
     return op != OP_GET && op != OP_LIST && op != OP_STATS && op != OP_TOPICS &&
-           op != OP_CARRY && op != OP_RESERVE;
+           op != OP_CARRY && op != OP_RESERVE && op != OP_RESERVE_PUSH;
 }
 
 /* Script result codes. */
@@ -116,6 +116,7 @@ struct unit {
 
 struct rjob { /* a result job; strings are offsets in the request's arena */
     size_t topic, tlen, id, ilen, body, blen;
+    size_t url, ulen, ct, clen; /* push jobs; ulen 0 = none */
     struct dq_job j;
 };
 
@@ -129,7 +130,7 @@ struct rreq {
     /* inputs, owned */
     char *mem;
     struct dq_str topic;
-    struct dq_str *topics;  /* reserve */
+    struct dq_str *topics;  /* reserve, reserve_push */
     size_t ntopics;
     struct dq_str *ids;     /* del/ack; ids[0] for one-id ops */
     size_t nids;
@@ -349,7 +350,7 @@ void rs_sweep_cb(evutil_socket_t fd, short what, void *arg);
 void rs_sweep_now(struct dq_store *s);
 /* A wake message from another instance (rcli on_message). */
 void rs_on_message(void *ud, const char *msg, size_t len);
-/* on_ready for every known topic. */
+/* on_ready and on_push_ready for every known topic. */
 void rs_on_ready_all(struct dq_store *s);
 
 #endif

@@ -18,8 +18,6 @@ static void add_topic_groups(void *ud, struct hnode *n);
 static void outbox_push(struct dq_store *s, struct unit *u);
 static uint32_t builder_group(struct dq_store *s, struct builder *b,
                               struct rshard *sh);
-static void put32(unsigned char *p, uint32_t v);
-static void putdouble(unsigned char *p, int64_t v);
 static size_t unit_args(struct unit *u, struct buf *sc, int64_t now);
 static void builder_add(struct dq_store *s, struct builder *b, struct unit *u,
                         int64_t now);
@@ -33,20 +31,45 @@ static void flush_outbox(struct dq_store *s);
 
 /* --- RESP argument building -------------------------------------------- */
 
+/* Writes v in decimal at o; returns the end. (No printf here: a call
+ * carries hundreds of arguments, and sprintf was a tenth of the server's
+ * time under load.) */
+static char *put_dec(char *o, uint64_t v) {
+    char t[20];
+    size_t n = 0;
+    do {
+        t[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    while (n) *o++ = t[--n];
+    return o;
+}
+
+/* Writes a bulk string's head "$len\r\n" at o (room for 24 bytes); returns
+ * its length. */
+static size_t bulk_head(char *o, size_t len) {
+    char *p = put_dec(o + 1, len);
+    o[0] = '$';
+    p[0] = '\r';
+    p[1] = '\n';
+    return (size_t)(p + 2 - o);
+}
+
 static void arg_str(struct buf *b, const char *p, size_t len) {
     char *o = buf_reserve(b, len + 24);
-    int n = sprintf(o, "$%zu\r\n", len);
+    size_t n = bulk_head(o, len);
     memcpy(o + n, p, len);
     memcpy(o + n + len, "\r\n", 2);
-    b->len += (size_t)n + len + 2;
+    b->len += n + len + 2;
 }
 
 static void arg_cstr(struct buf *b, const char *p) { arg_str(b, p, strlen(p)); }
 
 static void arg_int(struct buf *b, int64_t v) {
-    char t[24];
-    int n = sprintf(t, "%" PRId64, v);
-    arg_str(b, t, (size_t)n);
+    char t[24], *e = t;
+    if (v < 0) *e++ = '-';
+    e = put_dec(e, v < 0 ? -(uint64_t)v : (uint64_t)v);
+    arg_str(b, t, (size_t)(e - t));
 }
 
 /* A raw command of string arguments; the client takes the buffer. */
@@ -147,7 +170,7 @@ int rs_plan(struct rreq *rq) {
         dq_free(pairs);
         break;
     }
-    case OP_RESERVE:
+    case OP_RESERVE: case OP_RESERVE_PUSH:
         plan_groups(rq, rq->ntopics * s->K);
         for (size_t i = 0; i < rq->ntopics; i++) {
             t = rs_topic_get(s, rq->topics[i].p, rq->topics[i].len);
@@ -220,17 +243,6 @@ static uint32_t builder_group(struct dq_store *s, struct builder *b,
     return (uint32_t)b->ng++;
 }
 
-static void put32(unsigned char *p, uint32_t v) {
-    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static void putdouble(unsigned char *p, int64_t v) {
-    double d = (double)v;
-    uint64_t u;
-    memcpy(&u, &d, sizeof u);
-    for (int i = 0; i < 8; i++) p[i] = (unsigned char)(u >> (8 * i));
-}
-
 /* Writes the unit's op arguments to sc; returns how many. `now` is the
  * call's time (its ARGV[1]). */
 static size_t unit_args(struct unit *u, struct buf *sc, int64_t now) {
@@ -239,39 +251,31 @@ static size_t unit_args(struct unit *u, struct buf *sc, int64_t now) {
     switch (rq->op) {
     case OP_ADD: { /* id, record, due, delay member, flags */
         struct dq_store *s = rq->s;
-        unsigned char h[REC_HDR];
-        h[0] = a->due <= now ? DQ_READY : DQ_DELAYED;
-        put32(h + 1, 0);
-        put32(h + 5, a->ttr);
-        put32(h + 9, a->retries);
-        h[13] = a->backoff.kind;
-        put32(h + 14, a->backoff.base);
-        put32(h + 18, a->backoff.max);
-        putdouble(h + 22, a->due);
-        putdouble(h + 30, now);
-        putdouble(h + 38, 0);
         /* ord: the order of adds, for jobs due in the same millisecond */
         if (now > s->ord_ms) {
             s->ord_ms = now;
             s->ord_seq = 0;
         }
-        uint64_t ord = (uint64_t)s->ord_ms << 22 | (s->ord_seq++ & 0x3fffff);
-        for (int i = 0; i < 8; i++) h[46 + i] = (unsigned char)(ord >> (56 - 8 * i));
+        uint64_t ord = rs_rec_ord(s->ord_ms, s->ord_seq++);
         arg_str(sc, a->id.p, a->id.len);
-        char *o = buf_reserve(sc, REC_HDR + a->body.len + 24);
-        int n = sprintf(o, "$%zu\r\n", REC_HDR + a->body.len);
-        memcpy(o + n, h, REC_HDR);
-        memcpy(o + n + REC_HDR, a->body.p, a->body.len);
-        memcpy(o + n + REC_HDR + a->body.len, "\r\n", 2);
-        sc->len += (size_t)n + REC_HDR + a->body.len + 2;
+        size_t rl = rs_rec_size(a);
+        char *o = buf_reserve(sc, rl + 24);
+        size_t n = bulk_head(o, rl);
+        unsigned char *h = (unsigned char *)o + n;
+        rs_rec_write(h, a, now, ord);
+        bool delayed = h[0] == DQ_DELAYED;
+        unsigned char ordb[8]; /* with REC_PUSH for a push job */
+        memcpy(ordb, h + REC_ORD, 8);
+        memcpy(o + n + rl, "\r\n", 2);
+        sc->len += n + rl + 2;
         arg_int(sc, a->due);
-        if (h[0] == DQ_DELAYED) {
+        if (delayed) {
             o = buf_reserve(sc, 8 + a->id.len + 24);
-            n = sprintf(o, "$%zu\r\n", 8 + a->id.len);
-            memcpy(o + n, h + 46, 8);
+            n = bulk_head(o, 8 + a->id.len);
+            memcpy(o + n, ordb, 8);
             memcpy(o + n + 8, a->id.p, a->id.len);
             memcpy(o + n + 8 + a->id.len, "\r\n", 2);
-            sc->len += (size_t)n + 8 + a->id.len + 2;
+            sc->len += n + 8 + a->id.len + 2;
         } else {
             arg_str(sc, "", 0);
         }
@@ -307,6 +311,7 @@ static size_t unit_args(struct unit *u, struct buf *sc, int64_t now) {
         arg_int(sc, rq->ttr);
         return 2;
     case OP_RESERVE:
+    case OP_RESERVE_PUSH:
     case OP_KICK:
         arg_int(sc, (int64_t)rq->count);
         return 1;
@@ -330,17 +335,15 @@ static size_t unit_args(struct unit *u, struct buf *sc, int64_t now) {
 
 /* Writes v as a 10-digit argument; returns the offset of its digits. */
 static size_t put10(struct buf *b, uint64_t v) {
-    char t[16];
-    snprintf(t, sizeof t, "%010" PRIu64, v);
+    char t[10];
+    for (int i = 9; i >= 0; i--, v /= 10) t[i] = (char)('0' + v % 10);
     arg_str(b, t, 10);
     return b->len - 12;
 }
 
 /* Rewrites the 10 digits at off (put10's) with v. */
 static void patch10(struct buf *b, size_t off, uint64_t v) {
-    char t[16];
-    snprintf(t, sizeof t, "%010" PRIu64, v);
-    memcpy(b->p + off, t, 10);
+    for (int i = 9; i >= 0; i--, v /= 10) b->p[off + (size_t)i] = (char)('0' + v % 10);
 }
 
 static void builder_add(struct dq_store *s, struct builder *b, struct unit *u,
@@ -358,7 +361,7 @@ static void builder_add(struct dq_store *s, struct builder *b, struct unit *u,
     bool mergeable = (rq->op == OP_RESERVE && u->ng == 1) || dels || adds;
     struct umap *m = &b->um[b->nu];
     memset(m, 0, sizeof *m);
-    if (rq->op == OP_RESERVE) b->njobs += rq->count;
+    if (rq->op == OP_RESERVE || rq->op == OP_RESERVE_PUSH) b->njobs += rq->count;
     m->want = rq->count;
     m->form = dels ? UM_DELS : adds ? UM_ADDS : UM_PLAIN;
     if (mergeable && b->merge_open && b->merge_op == rq->op && b->merge_gi == gi[0]) {
@@ -426,8 +429,8 @@ static void builder_add(struct dq_store *s, struct builder *b, struct unit *u,
 /* Sends the builder's call and resets it. */
 static void builder_send(struct dq_store *s, struct builder *b, int64_t now) {
     if (b->nu == 0) return;
-    static const char *const suffix[NKEYS] = {"pool", "ready", "delay",
-                                              "lease", "dead", "stats"};
+    static const char *const suffix[NKEYS] = {"pool", "ready", "delay", "lease",
+                                              "dead", "stats", "pready"};
     struct buf out = BUF_INIT;
     int64_t deadline = INT64_MAX;
     arg_int(&out, (int64_t)(NKEYS * b->ng));

@@ -12,9 +12,8 @@
 
 static int64_t int_at(const redisReply *a, size_t i);
 static const redisReply *str_at(const redisReply *a, size_t i);
-static uint32_t le32(const unsigned char *p);
-static int64_t ledouble(const unsigned char *p);
-static void rec_decode(struct dq_job *j, const unsigned char *h);
+static int job_from_rec(struct rreq *rq, struct rjob *x, const char *rec,
+                        size_t len);
 static struct rjob *job_push(struct rreq *rq);
 static void unit_result(struct unit *u, const redisReply *e);
 static void map_error(struct rreq *rq, const char *msg);
@@ -41,32 +40,22 @@ static const redisReply *str_at(const redisReply *a, size_t i) {
 
 /* --- records ------------------------------------------------------------- */
 
-
-static uint32_t le32(const unsigned char *p) {
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-           (uint32_t)p[3] << 24;
-}
-
-static int64_t ledouble(const unsigned char *p) {
-    uint64_t u = 0;
-    for (int i = 7; i >= 0; i--) u = u << 8 | p[i];
-    double d;
-    memcpy(&d, &u, sizeof d);
-    return (int64_t)d;
-}
-
-/* Fills the numbers of j from a record header (REC_HDR bytes). */
-static void rec_decode(struct dq_job *j, const unsigned char *h) {
-    j->state = (enum dq_state)h[0];
-    j->attempts = le32(h + 1);
-    j->ttr = le32(h + 5);
-    j->retries = le32(h + 9);
-    j->backoff.kind = h[13];
-    j->backoff.base = le32(h + 14);
-    j->backoff.max = le32(h + 18);
-    j->due = ledouble(h + 22);
-    j->created = ledouble(h + 30);
-    j->deadline = ledouble(h + 38);
+/* Fills x's numbers and strings (body, push URL and content type, copied to
+ * the request's arena) from a record (redis_rec.c). Returns 0, or -1 if it
+ * is malformed. */
+static int job_from_rec(struct rreq *rq, struct rjob *x, const char *rec,
+                        size_t len) {
+    struct rec_view v;
+    if (rs_rec_read((const unsigned char *)rec, len, &x->j, &v) != 0) return -1;
+    x->body = rs_arena_put(rq, rec + v.body, v.blen);
+    x->blen = v.blen;
+    if (v.ulen) {
+        x->url = rs_arena_put(rq, rec + v.url, v.ulen);
+        x->ulen = v.ulen;
+        x->ct = rs_arena_put(rq, rec + v.ct, v.clen);
+        x->clen = v.clen;
+    }
+    return 0;
 }
 
 static struct rjob *job_push(struct rreq *rq) {
@@ -113,7 +102,7 @@ static void unit_result(struct unit *u, const redisReply *e) {
     case OP_NACK: case OP_TOUCH: case OP_RELEASE: case OP_KICKJOB:
         rq->n = int_at(e, 1);
         break;
-    case OP_RESERVE: /* gidx id record, per job */
+    case OP_RESERVE: case OP_RESERVE_PUSH: /* gidx id record, per job */
         for (size_t i = 1; i + 3 <= e->elements; i += 3) {
             int64_t gi = int_at(e, i);
             const redisReply *id = str_at(e, i + 1), *rec = str_at(e, i + 2);
@@ -125,9 +114,10 @@ static void unit_result(struct unit *u, const redisReply *e) {
             x->tlen = sh->t->len;
             x->id = rs_arena_put(rq, id->str, id->len);
             x->ilen = id->len;
-            x->body = rs_arena_put(rq, rec->str + REC_HDR, rec->len - REC_HDR);
-            x->blen = rec->len - REC_HDR;
-            rec_decode(&x->j, (const unsigned char *)rec->str);
+            if (job_from_rec(rq, x, rec->str, rec->len) != 0) {
+                rq->njobs--; /* malformed: its lease brings it back */
+                continue;
+            }
             if (rq->count) rq->count--;
         }
         break;
@@ -260,7 +250,7 @@ void rs_script_cb(void *pd, redisReply *r, const char *err, bool sent) {
     if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
         r->element[0]->type == REDIS_REPLY_ARRAY &&
         r->element[1]->type == REDIS_REPLY_ARRAY &&
-        r->element[1]->elements == 2 * sc->ng) {
+        r->element[1]->elements == 3 * sc->ng) {
         const redisReply *flat = r->element[0];
         views = xcalloc(sc->nreq ? sc->nreq : 1, sizeof *views);
         size_t pos = 0, i = 0;
@@ -285,7 +275,7 @@ void rs_script_cb(void *pd, redisReply *r, const char *err, bool sent) {
     if (info) {
         for (size_t g = 0; g < sc->ng; g++) {
             struct rshard *sh = sc->groups[g];
-            int64_t nx = int_at(info, 2 * g);
+            int64_t nx = int_at(info, 3 * g);
             if (nx == -2 || s->closing) continue; /* nothing new */
             int64_t next;
             if (nx <= -3) { /* jobs queued for that time: "at most" */
@@ -322,17 +312,36 @@ void rs_script_cb(void *pd, redisReply *r, const char *err, bool sent) {
                 redisReply sub = {.type = REDIS_REPLY_ARRAY, .elements = 1 + 3 * k,
                                   .element = tmp};
                 unit_result(u, &sub);
-            } else if (m->form == UM_ADDS && v->elements >= 3 + 2 * (size_t)m->sub) {
-                /* adds merged: code, then code and new per add */
-                redisReply sub = {.type = REDIS_REPLY_ARRAY, .elements = 2,
-                                  .element = v->element + 1 + 2 * m->sub};
-                unit_result(u, &sub);
-            } else if (m->form == UM_DELS && v->elements >= 3 + (size_t)m->sub) {
-                /* del/ack merged: code, sum, then each one's count */
+            } else if (m->form == UM_ADDS) {
+                /* adds merged: code, then a byte per add: '0' + code * 2 + new */
+                const redisReply *b = v->elements == 2 ? v->element[1] : NULL;
+                if (b && b->type == REDIS_REPLY_STRING && m->sub < b->len) {
+                    int x = (unsigned char)b->str[m->sub] - '0';
+                    redisReply code = {.type = REDIS_REPLY_INTEGER, .integer = x >> 1};
+                    redisReply isnew = {.type = REDIS_REPLY_INTEGER, .integer = x & 1};
+                    redisReply *e2[2] = {&code, &isnew};
+                    redisReply sub = {.type = REDIS_REPLY_ARRAY, .elements = 2, .element = e2};
+                    unit_result(u, &sub);
+                } else {
+                    rs_req_fail(rq, DQ_UNAVAILABLE, "unexpected reply from the Redis script");
+                }
+            } else if (m->form == UM_DELS) {
+                /* del/ack merged: code, sum, then a digit per request (all
+                 * counts below 10) or each one's count */
+                const redisReply *b = v->elements == 3 ? v->element[2] : NULL;
+                redisReply cnt = {.type = REDIS_REPLY_INTEGER};
                 tmp[0] = v->element[0];
-                tmp[1] = v->element[2 + m->sub];
+                if (b && b->type == REDIS_REPLY_STRING && m->sub < b->len) {
+                    cnt.integer = (unsigned char)b->str[m->sub] - '0';
+                    tmp[1] = &cnt;
+                } else if (v->elements >= 3 + (size_t)m->sub) {
+                    tmp[1] = v->element[2 + m->sub];
+                } else {
+                    tmp[1] = NULL;
+                }
                 redisReply sub = {.type = REDIS_REPLY_ARRAY, .elements = 2, .element = tmp};
-                unit_result(u, &sub);
+                if (tmp[1]) unit_result(u, &sub);
+                else rs_req_fail(rq, DQ_UNAVAILABLE, "unexpected reply from the Redis script");
             } else {
                 unit_result(u, v);
             }
@@ -346,13 +355,15 @@ void rs_script_cb(void *pd, redisReply *r, const char *err, bool sent) {
         }
         if (!wait) rs_unit_finished(rq); /* may free u */
     }
-    if (info && s->cfg.on_ready && !s->closing) {
+    if (info && !s->closing) {
         for (size_t g = 0; g < sc->ng; g++) {
-            int64_t rl = int_at(info, 2 * g + 1);
-            if (rl < 0) continue;
+            int64_t rl = int_at(info, 3 * g + 1), pl = int_at(info, 3 * g + 2);
             struct rtopic *t = sc->groups[g]->t;
-            s->cfg.on_ready(s->cfg.ud, (struct dq_str){t->name, t->len},
-                            s->K == 1 ? rl : -1);
+            struct dq_str name = {t->name, t->len};
+            if (rl >= 0 && s->cfg.on_ready)
+                s->cfg.on_ready(s->cfg.ud, name, s->K == 1 ? rl : -1);
+            if (pl >= 0 && s->cfg.on_push_ready)
+                s->cfg.on_push_ready(s->cfg.ud, name, s->K == 1 ? pl : -1);
         }
     }
     dq_free(views);
@@ -418,16 +429,18 @@ static void get_cb(void *pd, redisReply *r, const char *err, bool sent) {
     } else if (r->type == REDIS_REPLY_ERROR) {
         map_error(rq, r->str);
     } else if (r->type == REDIS_REPLY_STRING && r->len >= REC_HDR) {
-        const unsigned char *h = (const unsigned char *)r->str;
         struct rjob *x = job_push(rq);
         x->topic = rs_arena_put(rq, rq->topic.p, rq->topic.len);
         x->tlen = rq->topic.len;
         x->id = rs_arena_put(rq, rq->ids[0].p, rq->ids[0].len);
         x->ilen = rq->ids[0].len;
-        x->body = rs_arena_put(rq, r->str + REC_HDR, r->len - REC_HDR);
-        x->blen = r->len - REC_HDR;
+        if (job_from_rec(rq, x, r->str, r->len) != 0) {
+            rq->njobs = 0;
+            rs_req_fail(rq, DQ_UNAVAILABLE, "a malformed job record in Redis");
+            rs_req_complete(rq);
+            return;
+        }
         struct dq_job *j = &x->j;
-        rec_decode(j, h);
         /* what the next carry will make of it, which is the truth now */
         int64_t now = now_ms(rq->s);
         if (j->state == DQ_DELAYED && j->due <= now) {

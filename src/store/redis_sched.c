@@ -224,7 +224,10 @@ void rs_topic_register(struct dq_store *s, struct rtopic *t) {
 void rs_on_message(void *ud, const char *msg, size_t len) {
     struct dq_store *s = ud;
     if (!s->configured || s->closing) return;
-    /* "<inst> <shard> <due or -1> <ready 0/1> <topic>" */
+    /* "<inst> <shard> <due or -1> <ready> <topic>"; ready: 1 jobs became
+     * ready, 2 push jobs did, 3 both */
+    size_t il = strlen(s->inst);
+    if (len > il && memcmp(msg, s->inst, il) == 0 && msg[il] == ' ') return; /* our own */
     char buf[512];
     if (len >= sizeof buf) return;
     memcpy(buf, msg, len);
@@ -247,8 +250,10 @@ void rs_on_message(void *ud, const char *msg, size_t len) {
             rs_arm_timer(s);
         }
     }
-    if (ready && s->cfg.on_ready)
+    if ((ready & 1) && s->cfg.on_ready)
         s->cfg.on_ready(s->cfg.ud, (struct dq_str){t->name, t->len}, -1);
+    if ((ready & 2) && s->cfg.on_push_ready)
+        s->cfg.on_push_ready(s->cfg.ud, (struct dq_str){t->name, t->len}, -1);
 }
 
 static void carry_done(struct rreq *rq) { rq->s->carries++; }
@@ -367,10 +372,12 @@ static void collect_name(void *ud, struct hnode *n) {
 }
 
 void rs_on_ready_all(struct dq_store *s) {
-    if (!s->cfg.on_ready) return;
     /* collect first: on_ready may create topics */
     struct names c = {xmalloc((s->ntopics ? s->ntopics : 1) * sizeof *c.v), 0};
     htab_foreach(&s->topics, collect_name, &c);
-    for (size_t i = 0; i < c.n; i++) s->cfg.on_ready(s->cfg.ud, c.v[i], -1);
+    for (size_t i = 0; i < c.n; i++) {
+        if (s->cfg.on_ready) s->cfg.on_ready(s->cfg.ud, c.v[i], -1);
+        if (s->cfg.on_push_ready) s->cfg.on_push_ready(s->cfg.ud, c.v[i], -1);
+    }
     dq_free(c.v);
 }

@@ -1,7 +1,7 @@
 """A webhook receiver on loopback for the push tests: Python's http.server in
 a thread (HTTP/1.1, keep-alive), optionally over TLS, that records every POST
 and answers what the test scripts for its path. It verifies Standard Webhooks
-signatures with hmac, as a user's receiver would."""
+signatures with hmac, as a user's receiver would. The `recv` fixture makes them."""
 
 import base64
 import hashlib
@@ -10,6 +10,8 @@ import http.server
 import ssl
 import threading
 import time
+
+import pytest
 
 
 def secret_key(secret):
@@ -95,7 +97,10 @@ class Receiver:
             def log_message(self, *a):
                 pass
 
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(http.server.ThreadingHTTPServer):
+            request_queue_size = 512  # hundreds of connections at once
+
+        self.httpd = Server(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         if certfile:
             ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -130,3 +135,18 @@ class Receiver:
             self.hang.set()
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+@pytest.fixture
+def recv():
+    """recv(**Receiver kwargs) -> a Receiver, closed at teardown."""
+    made = []
+
+    def factory(**kw):
+        r = Receiver(**kw)
+        made.append(r)
+        return r
+
+    yield factory
+    for r in made:
+        r.close()

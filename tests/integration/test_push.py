@@ -15,25 +15,9 @@ import urllib.request
 import pytest
 
 from conftest import NIL_ARRAY, assert_err, now_ms, pairs, wait_until
-from pushrecv import Receiver, verify
+from pushrecv import recv, verify  # noqa: F401 (recv: fixture)
 
 SECRETS = ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "old-secret-being-rotated-out"]
-
-pytestmark = pytest.mark.stores("embedded")
-
-
-@pytest.fixture
-def recv():
-    made = []
-
-    def factory(**kw):
-        r = Receiver(**kw)
-        made.append(r)
-        return r
-
-    yield factory
-    for r in made:
-        r.close()
 
 
 def state_of(c, topic, jid):
@@ -89,12 +73,6 @@ def test_add_url_is_checked_and_shown(make_server):
     c = s.raw()
     assert state_of(c, "t", "j")["url"] == b"https://API.example.com/a?b=c"
     assert state_of(c, "t", "k")["url"] == b"http://127.0.0.1:1/"
-
-
-@pytest.mark.stores("redis")
-def test_redis_store_refuses_urls_clearly(make_server):
-    c = make_server().raw()
-    assert_err(c.call("ADD", "t", "j", "b", "URL", "http://127.0.0.1/"), "ERR", "url", "redis")
 
 
 # --- outcomes -----------------------------------------------------------------
@@ -205,7 +183,9 @@ def test_timeout_is_retried_and_capped_by_ttr(make_server, recv):
     # timed out at the TTR (400 ms), not at --push-timeout (30 s)
     assert 0.35 <= second.at - first.at < 3.0, second.at - first.at
     assert time.time() - t0 < 5
-    assert stats(c, "t")["nacked"] >= 1
+    # the timeout (at the TTR) and the lease's end race: either brought it back
+    st = stats(c, "t")
+    assert st["nacked"] + st["expired"] >= 1, st
 
 
 def test_push_timeout_flag(make_server, recv):
@@ -389,6 +369,64 @@ def test_concurrency_per_topic_and_isolation(make_server, recv):
     assert info(c)["push_inflight"] == "4"
 
 
+def test_waiting_push_jobs_are_listed_deleted_and_never_reserved(make_server, recv):
+    """Push jobs waiting for the pusher (its one slot is taken) are ready jobs for LIST,
+    STATS and DEL, and a client's RESERVE takes only the jobs without a URL."""
+    rc = recv()
+    rc.hang = threading.Event()
+    s = make_server("--push-concurrency", 1)
+    c = s.raw()
+    push_ids = ["p%d" % i for i in range(600)]
+    for i in range(0, 600, 200):
+        for j in push_ids[i:i + 200]:
+            c.send("ADD", "t", j, "x", "URL", rc.url())
+        for j in push_ids[i:i + 200]:
+            assert c.read() == j.encode()
+    for i in range(5):
+        c.call("ADD", "t", "plain%d" % i, "x")
+    rc.wait(lambda rs: len(rs) >= 1)
+    held = rc.requests[0].job.split("/")[1]
+    listed, cur = [], b"0"
+    while True:
+        cur, ids = c.call("LIST", "t", "ready", "COUNT", 100, "CURSOR", cur)
+        listed += ids
+        if cur == b"0":
+            break
+    want = {j.encode() for j in push_ids if j != held} | {b"plain%d" % i for i in range(5)}
+    assert set(listed) == want
+    st = stats(c, "t")
+    assert (st["jobs_ready"], st["jobs_reserved"]) == (604, 1)
+    assert c.call("DEL", "t", "p599" if held != "p599" else "p598") == 1
+    got = c.call("RESERVE", "COUNT", 100, "TIMEOUT", 0, "FROM", "t")
+    assert sorted(j[1] for j in got) == [b"plain%d" % i for i in range(5)]
+    assert stats(c, "t")["jobs_ready"] == 598
+
+
+def test_at_most_256_transfers_per_receiver_the_rest_wait_their_timeout(make_server, recv):
+    """A receiver holds at most 256 requests of delayqd at once, whatever the topics; a
+    delivery waiting for one of them fails when its timeout (its TTR here) runs out,
+    without being sent."""
+    rc = recv()
+    rc.hang = threading.Event()
+    s = make_server("--push-concurrency", 128, "--push-timeout", 60000)
+    c = s.raw()
+    for t in ("a", "b"):
+        for i in range(128):
+            c.send("ADD", t, "j%d" % i, "x", "TTR", 60000, "URL", rc.url())
+        for i in range(128):
+            assert c.read() == b"j%d" % i
+    rc.wait(lambda rs: len(rs) >= 256, timeout=20)
+    c.call("ADD", "late", "j", "x", "TTR", 500, "RETRIES", 0, "URL", rc.url())
+    wait_state(c, "late", "j", b"dead")
+    # (the lease may end first: the note comes when the pusher gives up)
+    assert wait_until(lambda: "last_push" in http_job(s, "late", "j"), 5)
+    lp = http_job(s, "late", "j")["last_push"]
+    assert "256 connections" in lp["error"] and lp["status"] == 0, lp
+    assert rc.of("late/j") == []
+    assert len(rc.requests) == 256 and rc.max_active == 256
+    assert info(c)["push_inflight"] == "256"
+
+
 def test_connections_are_reused(make_server, recv):
     rc = recv()
     s = make_server("--push-concurrency", 1)
@@ -449,6 +487,7 @@ def test_http_add_with_url(make_server, recv):
     assert pairs(h.call("STATS", "t"))["pushed"] == 1
 
 
+@pytest.mark.stores("embedded")
 def test_far_push_job_keeps_its_url(make_server, recv):
     """A push job due beyond --memory-horizon waits in a far segment (the tiered
     store) and comes back with its URL and content type."""

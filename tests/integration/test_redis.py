@@ -147,14 +147,14 @@ def test_fleet_sweep_moves_jobs_no_instance_was_told_about(procs):
     # through the script with another channel, so no instance hears of it
     rc = r.client()
     prefix = url.split("prefix=")[1]
-    keys = ["{%s:t:0}:%s" % (prefix, k) for k in ("pool", "ready", "delay", "lease", "dead", "stats")]
+    keys = ["{%s:t:0}:%s" % (prefix, k) for k in ("pool", "ready", "delay", "lease", "dead", "stats", "pready")]
     script = _script_source()
     due = now_ms() + 300
     now = now_ms()
     ord8 = struct.pack(">Q", now << 22)
     record = struct.pack("<BIIIBIIddd", 0, 0, 30000, 3, 0, 1000, 3600000, due, now, 0) + ord8 + b"b"
-    rc.eval(script, 6, *keys, now, "other", "nowhere", 1, "t", 0, 0, 1,
-            "add", 1, 1, 5, "ghost", record, due, ord8 + b"ghost", "-")
+    rc.eval(script, 7, *keys, now, "other", "nowhere", 1, "t", 0, 0, 1,
+            "adds", 1, 1, 6, 1, "ghost", record, due, ord8 + b"ghost", "-")
     w = a.raw(timeout=10)
     got = w.call("RESERVE", "TIMEOUT", 5000, "FROM", "t")
     assert got[0][1] == b"warmup"
@@ -164,8 +164,11 @@ def test_fleet_sweep_moves_jobs_no_instance_was_told_about(procs):
 
 
 def _script_source():
-    return open(os.path.join(os.path.dirname(__file__), "..", "..", "src", "store", "lua",
-                             "delayq.lua")).read()
+    """The script as delayqd sends it with EVAL (redis_client.c: script_forms)."""
+    src = open(os.path.join(os.path.dirname(__file__), "..", "..", "src", "store", "lua",
+                            "delayq.lua")).read()
+    body = src.split("\n", 1)[1]
+    return "#!lua\nlocal EK, EA = KEYS, ARGV\n%s\nreturn main(EK, EA)\n" % body
 
 
 # --------------------------------------------------------------------------
@@ -281,6 +284,36 @@ def test_requirepass(procs):
     c = s.raw()
     assert c.call("ADD", "t", "a", "x") == b"a"
     assert pairs(c.call("GET", "t", "a"))["state"] == b"ready"
+
+
+def _calls(r, cmd):
+    return r.client().info("commandstats").get("cmdstat_" + cmd, {}).get("calls", 0)
+
+
+def test_script_calls_by_fcall_and_again_after_function_flush(procs):
+    """The script is a function library (FUNCTION LOAD at connect, then FCALL); a Redis
+    that lost it (FUNCTION FLUSH) gets the call as EVAL and the library again."""
+    r = procs.redis()
+    c = procs.delayqd(url_of(r)).raw()
+    assert c.call("ADD", "t", "a", "x") == b"a"
+    assert _calls(r, "fcall") >= 1 and _calls(r, "evalsha") == 0
+    r.client().execute_command("FUNCTION", "FLUSH")
+    assert c.call("ADD", "t", "b", "x") == b"b"
+    assert _calls(r, "eval") >= 1
+    before = _calls(r, "fcall")
+    assert c.call("ADD", "t", "c", "x") == b"c"
+    assert _calls(r, "fcall") > before
+    got = c.call("RESERVE", "TIMEOUT", 0, "COUNT", 10, "FROM", "t")
+    assert sorted(j[1] for j in got) == [b"a", b"b", b"c"]
+
+
+def test_script_calls_by_evalsha_where_functions_are_refused(procs):
+    r = procs.redis("--rename-command", "FUNCTION", "")
+    c = procs.delayqd(url_of(r)).raw()
+    assert c.call("ADD", "t", "a", "x") == b"a"
+    got = c.call("RESERVE", "TIMEOUT", 0, "FROM", "t")
+    assert c.call("ACK", "t", got[0][1]) == 1
+    assert _calls(r, "evalsha") >= 2 and _calls(r, "fcall") == 0
 
 
 def test_shards_are_fixed_at_first_use(procs):

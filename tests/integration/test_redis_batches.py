@@ -6,7 +6,7 @@ single commands with thousands of ids, so every `unpack` of the script and every
 (Lua's stack holds about 8,000 values: unchunked, they fail with "too many results to unpack").
 """
 
-from conftest import RespError, encode_command
+from conftest import RespError, encode_command, pairs
 from redisprocs import procs, url_of  # noqa: F401 (procs: fixture)
 
 N = 20000
@@ -101,3 +101,26 @@ def test_pipelined_adds_each_get_their_own_answer(procs):
     jobs = c.call("RESERVE", "TIMEOUT", 0, "COUNT", 10, "FROM", "t")
     assert [(j[1], j[2]) for j in jobs] == [(b"b", b"3"), (gen, b"4"), (b"a", b"5")]
     assert c.call("STATS", "t")[1:8:2] == [1, 0, 3, 0]
+
+
+def test_merged_requests_each_get_their_own_answer(procs):
+    """Pipelined ADDs, and ACKs/DELs, of one shard become one script request each; every
+    command still gets its own answer (the script answers one byte per ADD, one digit
+    per ACK when all counts are below 10, else each count)."""
+    r = procs.redis()
+    s = procs.delayqd(url_of(r))
+    c = s.raw(timeout=60)
+    reps = _pipeline(c, [("ADD", "t", "a", "x"), ("ADD", "t", "a", "y"), ("ADD", "t", "b", "x"),
+                         ("ADD", "t", "a", "z", "REPLACE")] +
+                        [("ADD", "t", "j%d" % i, "x") for i in range(30)])
+    assert [reps[0], reps[2], reps[3]] == [b"a", b"b", b"a"]
+    assert isinstance(reps[1], RespError) and reps[1].code == "EXISTS", reps[1]
+    assert pairs(c.call("GET", "t", "a"))["body"] == b"z"
+    got = c.call("RESERVE", "TIMEOUT", 0, "COUNT", 40, "FROM", "t")
+    assert len(got) == 32
+    # counts of 10 and more: each count; all below 10: a digit each
+    assert _pipeline(c, [("ACK", "t", *["j%d" % i for i in range(12)]), ("ACK", "t", "j12"),
+                         ("ACK", "t", "j12"), ("DEL", "t", "j13", "j14", "nope"),
+                         ("ACK", "t", "nope")]) == [12, 1, 0, 2, 0]
+    assert _pipeline(c, [("ACK", "t", "j15"), ("ACK", "t", "j16"), ("ACK", "t", "j16"),
+                         ("DEL", "t", "a")]) == [1, 1, 0, 1]

@@ -3,7 +3,8 @@
 -- One call runs a batch of requests against a set of shard groups; each
 -- request is one transition and all of them run in this one atomic script.
 --
--- KEYS: 6 per group: pool ready delay lease dead stats (one hash tag each).
+-- KEYS: 7 per group: pool ready delay lease dead stats pready (one hash tag
+-- each).
 -- ARGV: now inst chan G, G x (topic shard carry), R, then R requests:
 --       op ngroups gidx... nargs args...
 --       carry '1': the caller knows of jobs due by now in the group; with
@@ -11,7 +12,9 @@
 -- Returns {results, info}: results is flat, per request a count then that
 -- many values; info holds per group the next due time (>= 0, or -1: none),
 -- or -2 (no change known), or -3 - t ("t or earlier": jobs were queued for
--- time t), and the ready list's length if jobs became ready (else -1).
+-- time t), the ready list's length if jobs became ready (else -1), and the
+-- push ready list's length if push jobs became ready or wait there after a
+-- carry (else -1).
 --
 -- pool:  id -> record: struct '<BIIIBIIddd' (state attempts ttr retries
 --        bkind bbase bmax due created deadline), 8 bytes of ord (big
@@ -22,7 +25,8 @@
 -- delay: zset, member = ord .. id, score = due time, so jobs due in the
 --        same millisecond come out in the order they were added.
 -- ready: list of ids.  lease: zset id -> lease end.  dead: zset id -> time
--- of death.  stats: hash of counters.
+-- of death.  stats: hash of counters.  pready: list of ids of ready push
+-- jobs (see "push jobs" below).
 -- The delay and lease zsets hold a sentinel at +inf whose long member keeps
 -- them in Redis's skiplist encoding: in the compact encoding every insert
 -- and remove scans the set, and a lease set typically holds just the tens
@@ -35,24 +39,48 @@
 -- effect in their order -- except that within a run the reserves go before
 -- the del/acks. Those commute for reserved jobs, which is what ACK is for;
 -- for others it is one of the orders concurrent clients could have seen.
-local call = redis.call
-local spack, sunpack, ssub, sbyte = struct.pack, struct.unpack, string.sub, string.byte
-local tonumber, unpack, fmt = tonumber, unpack, string.format
+--
+-- Loaded once as a function library (FUNCTION LOAD, Redis 7: the server
+-- puts "#!lua name=<lib>" first and registers main after the end), whose
+-- functions then live across calls; or sent as a script (EVAL / EVALSHA,
+-- older Redis: the server appends "return main(KEYS, ARGV)"), which
+-- defines them all again on every call -- about 20 us a call. Nothing at
+-- load time may touch a global (a library is loaded without them), so the
+-- globals this file uses, and the call's own values, are bound by main.
+local call, spack, sunpack, ssub, sbyte, fmt
+local KEYS, ARGV, nows, now, inst, chan
 local HDR = '<BIIIBIIddd' -- then 8 bytes of ord, then the body
 local BODY = 55
 local CHUNK = 1000
 local DCHUNK = 10000 -- due jobs carried per group and call
 local DELAYED, READY, RESERVED, DEAD = 0, 1, 2, 3
 local OK, EXISTS, BUSY, NOTRESERVED, TAKEN = 0, 1, 2, 3, 4
-local nows = ARGV[1]
-local now = tonumber(nows)
-local inst, chan = ARGV[2], ARGV[3]
-local LSENT = '\0' .. string.rep('~', 64)
-local DSENT = string.rep('\255', 8) .. LSENT
-local INF = math.huge
+local LSENT = '\0' .. ('~'):rep(64)
+local DSENT = ('\255'):rep(8) .. LSENT
+local INF = 1 / 0
 
 local function cnt(g, f, n)
   if n ~= 0 then g.c[f] = (g.c[f] or 0) + n end
+end
+
+-- --- push jobs (docs/push.md) -----------------------------------------------
+-- A job added with a URL has the top bit of its ord set, in its record and so
+-- in its delay member, and its URL and content type after the ord (read by
+-- the server only). Wherever a job becomes ready, a push job goes to the
+-- group's pready list instead of ready: RESERVE never sees it, reserve_push
+-- (OPS.preserve) pops it. g.pd says push jobs became ready in this call,
+-- g.pw that the caller wants pready's length anyway (a carry: the sweep
+-- wakes the pushers of topics whose push jobs wait), g.plen its length.
+local function precord(r) return sbyte(r, 47) >= 128 end
+local function pmember(m) return sbyte(m, 1) >= 128 end
+
+-- one job made ready, with cmd ('RPUSH', or 'LPUSH' for the head)
+local function ready1(g, cmd, id, r)
+  if precord(r) then
+    g.plen = call(cmd, g.pready, id); g.pd = true
+  else
+    g.rlen = call(cmd, g.ready, id); g.rd = true
+  end
 end
 
 -- Every command whose arguments come from a list goes through callv or
@@ -80,6 +108,21 @@ local function hmget(key, ids)
     for j = 1, #part do out[i + j - 1] = part[j] end
   end
   return out
+end
+
+-- the string of the byte values in list (string.char in chunks: unpack)
+local function bytes(list)
+  local n = #list
+  if n <= CHUNK then return string.char(unpack(list)) end
+  local parts = {}
+  for i = 1, n, CHUNK do parts[#parts + 1] = string.char(unpack(list, i, math.min(n, i + CHUNK - 1))) end
+  return table.concat(parts)
+end
+
+-- ids made ready, in order: plain ones to ready, push ones to pready
+local function readyv(g, plain, push)
+  if #plain > 0 then g.rlen = callv('RPUSH', g.ready, plain); g.rd = true end
+  if #push > 0 then g.plen = callv('RPUSH', g.pready, push); g.pd = true end
 end
 
 -- the delay zset's member for a record and id
@@ -110,12 +153,15 @@ end
 -- due delayed jobs -> ready (their records are not touched); ended leases
 -- -> ready (attempts <= retries) or dead; both in time order
 local function carry(g)
-  local push = {}
+  local push, pj = {}, {} -- plain and push ids, in time order
   local e = call('ZRANGEBYSCORE', g.lease, '-inf', nows, 'WITHSCORES', 'LIMIT', 0, CHUNK)
   local m
   if #e == 0 then
     m = call('ZRANGEBYSCORE', g.delay, '-inf', nows, 'LIMIT', 0, DCHUNK)
-    for i = 1, #m do push[i] = ssub(m[i], 9) end
+    for i = 1, #m do
+      local x = m[i]
+      if pmember(x) then pj[#pj + 1] = ssub(x, 9) else push[#push + 1] = ssub(x, 9) end
+    end
   else -- times are needed to merge with the ended leases
     m = call('ZRANGEBYSCORE', g.delay, '-inf', nows, 'WITHSCORES', 'LIMIT', 0, DCHUNK)
   end
@@ -131,7 +177,7 @@ local function carry(g)
     local ids = {}
     for i = 1, #e, 2 do ids[#ids + 1] = e[i] end
     local recs = hmget(g.pool, ids)
-    local hs, dz, back, btime = {}, {}, {}, {}
+    local hs, dz, back, btime, bpush = {}, {}, {}, {}, {}
     local nexp, ndead = 0, 0
     for i = 1, #ids do
       local r, id, t = recs[i], ids[i], tonumber(e[2 * i])
@@ -141,6 +187,7 @@ local function carry(g)
         if sunpack('<I', r, 2) <= sunpack('<I', r, 10) then
           back[#back + 1] = id
           btime[#btime + 1] = t
+          bpush[#back] = precord(r)
           hs[#hs + 1] = spack('<B', READY) .. ssub(r, 2, 22) .. spack('<d', t) ..
             ssub(r, 31, 38) .. spack('<d', 0) .. ssub(r, 47)
         else
@@ -159,17 +206,17 @@ local function carry(g)
     local i, j = 1, 1
     while i <= nm or j <= #back do
       if j > #back or (i <= nm and tonumber(m[i + 1]) <= btime[j]) then
-        push[#push + 1] = ssub(m[i], 9); i = i + 2
+        local x = m[i]
+        if pmember(x) then pj[#pj + 1] = ssub(x, 9) else push[#push + 1] = ssub(x, 9) end
+        i = i + 2
       else
-        push[#push + 1] = back[j]; j = j + 1
+        if bpush[j] then pj[#pj + 1] = back[j] else push[#push + 1] = back[j] end
+        j = j + 1
       end
     end
   end
   if nm > 0 or #e > 0 then g.moved = true end
-  if #push > 0 then
-    g.rlen = callv('RPUSH', g.ready, push)
-    g.rd = true
-  end
+  readyv(g, push, pj)
 end
 
 local function bring(g)
@@ -200,8 +247,13 @@ local function unlink(g, id, r)
   elseif st == DEAD then
     cnt(g, 'xdead', call('ZREM', g.dead, id))
   elseif st == READY or call('ZREM', g.delay, dmember(r, id)) == 0 then
-    cnt(g, 'xready', call('LREM', g.ready, 1, id))
-    g.rlen = nil
+    if precord(r) then
+      cnt(g, 'xready', call('LREM', g.pready, 1, id))
+      g.plen = nil
+    else
+      cnt(g, 'xready', call('LREM', g.ready, 1, id))
+      g.rlen = nil
+    end
   else
     cnt(g, 'xdelay', 1)
   end
@@ -217,48 +269,64 @@ end
 
 -- --- runs of queued requests ---------------------------------------------
 
--- adds: {id, record, due, member, flags, result}
-local function run_add(g, q)
-  local ids = {}
-  for i = 1, #q do ids[i] = q[i][1] end
+-- adds: q holds runs of adds as they came in requests: q[k] the ARGV
+-- index of the run's first (id record due member flags), qm[k] how many,
+-- qt[k] the request's result bytes (48 + code * 2 + 1 if the id was new,
+-- from qe[k] on). No table or function call per add: in Lua those cost
+-- more than the rest of an add.
+local function run_add(g, q, qm, qt, qe)
+  local ids, at, bt, bi = {}, {}, {}, {}
+  local n = 0
+  for k = 1, #q do
+    local a, t, e = q[k], qt[k], qe[k]
+    for x = 0, qm[k] - 1 do
+      n = n + 1
+      ids[n] = ARGV[a]
+      at[n] = a
+      bt[n] = t
+      bi[n] = e + x
+      a = a + 5
+    end
+  end
   local ex = hmget(g.pool, ids)
-  local hs, pr, pz, seen = {}, {}, {}, {}
+  local hs, pr, pp, pz, seen = {}, {}, {}, {}, {}
+  local nh, npr, nz = 0, 0, 0
   local function write()
-    if #hs > 0 then callv('HSET', g.pool, hs); hs = {} end
-    if #pr > 0 then g.rlen = callv('RPUSH', g.ready, pr); pr = {}; g.rd = true end
-    if #pz > 0 then callv('ZADD', g.delay, pz); pz = {} end
+    if nh > 0 then callv('HSET', g.pool, hs); hs = {}; nh = 0 end
+    if npr > 0 or #pp > 0 then readyv(g, pr, pp); pr = {}; pp = {}; npr = 0 end
+    if nz > 0 then callv('ZADD', g.delay, pz); pz = {}; nz = 0 end
   end
   local added = 0
-  for i = 1, #q do
-    local it = q[i]
-    local id, rec, rt = it[1], it[2], it[6]
-    local ok = true
+  for i = 1, n do
+    local a, id = at[i], ids[i]
+    local rec = ARGV[a + 1]
+    local code, new = OK, 1
     if ex[i] or seen[id] then
-      local fl = it[5]
-      if fl == 'g' then rt[1] = TAKEN; ok = false
-      elseif fl ~= 'r' then rt[1] = EXISTS; ok = false
+      new = 0
+      local fl = ARGV[a + 4]
+      if fl == 'g' then code = TAKEN
+      elseif fl ~= 'r' then code = EXISTS
       else
         write()
         local old = call('HGET', g.pool, id)
-        if sbyte(old, 1) == RESERVED then rt[1] = BUSY; ok = false
+        if sbyte(old, 1) == RESERVED then code = BUSY
         else unlink(g, id, old) end
       end
-    else
-      rt[2] = 1
     end
-    if ok then
+    bt[i][bi[i]] = 48 + code * 2 + new
+    if code == OK then
       seen[id] = true
-      rt[1] = OK
-      local nh = #hs
       hs[nh + 1] = id
       hs[nh + 2] = rec
+      nh = nh + 2
       if sbyte(rec, 1) == READY then
-        pr[#pr + 1] = id
+        if sbyte(rec, 47) >= 128 then pp[#pp + 1] = id else npr = npr + 1; pr[npr] = id end
       else
-        local nz = #pz
-        pz[nz + 1] = it[3]
-        pz[nz + 2] = it[4]
-        insert(g, tonumber(it[3]), 'd')
+        local due = ARGV[a + 2]
+        pz[nz + 1] = due
+        pz[nz + 2] = ARGV[a + 3]
+        nz = nz + 2
+        insert(g, tonumber(due), 'd')
       end
       added = added + 1
     end
@@ -267,16 +335,20 @@ local function run_add(g, q)
   cnt(g, 'added', added)
 end
 
--- the records of ids popped from the ready list, reserved
-local function take(g, ids, out)
+-- the records of ids popped from the ready list, reserved: their ids and
+-- new records go to oid and orec; returns how many
+local function take(g, ids, oid, orec)
   local recs = hmget(g.pool, ids)
   local hs, zs, nh, k = {}, {}, 0, 0
   local pdl, sdl = {}, {} -- per ttr: packed and printed deadline
+  local pst = {} -- per attempts: the packed state and attempts + 1
   for i = 1, #ids do
     local r = recs[i]
     if r then
       local id = ids[i]
-      local att, ttr = sunpack('<II', r, 2)
+      local a1, a2, a3, a4, t1, t2, t3, t4 = sbyte(r, 2, 9)
+      local att = a1 + a2 * 256 + a3 * 65536 + a4 * 16777216
+      local ttr = t1 + t2 * 256 + t3 * 65536 + t4 * 16777216
       local p = pdl[ttr]
       if not p then
         p = spack('<d', now + ttr)
@@ -284,14 +356,17 @@ local function take(g, ids, out)
         sdl[ttr] = fmt('%d', now + ttr)
         insert(g, now + ttr, 'l')
       end
-      local nr = spack('<BI', RESERVED, att + 1) .. ssub(r, 6, 38) .. p .. ssub(r, 47)
+      local h = pst[att]
+      if not h then h = spack('<BI', RESERVED, att + 1); pst[att] = h end
+      local nr = h .. ssub(r, 6, 38) .. p .. ssub(r, 47)
       hs[nh + 1] = id
       hs[nh + 2] = nr
       zs[nh + 1] = sdl[ttr]
       zs[nh + 2] = id
       nh = nh + 2
       k = k + 1
-      out[k] = {id, nr}
+      oid[k] = id
+      orec[k] = nr
     end
   end
   if k > 0 then
@@ -302,107 +377,143 @@ local function take(g, ids, out)
   return k
 end
 
--- single-group reserves: {need, result}; one LPOP for all, in order
-local function run_reserve(g, q)
+-- appends jobs [j, j + n) of oid/orec to rt as (gi, id, record) triplets
+local function hand(rt, gi, oid, orec, j, n)
+  local x = #rt
+  for i = j, j + n - 1 do
+    rt[x + 1] = gi
+    rt[x + 2] = oid[i]
+    rt[x + 3] = orec[i]
+    x = x + 3
+  end
+end
+
+-- single-group reserves: q their COUNTs, qt their results; one LPOP for
+-- all, the jobs handed out in order
+local function run_reserve(g, q, qt)
   local need = 0
-  for i = 1, #q do need = need + q[i][1] end
+  for i = 1, #q do need = need + q[i] end
   if call('LLEN', g.ready) < need then bring(g) end
   local ids = call('LPOP', g.ready, need)
   g.rlen = nil
   if not ids then return end
   cnt(g, 'xready', #ids)
-  local jobs = {}
-  local k = take(g, ids, jobs)
+  local oid, orec = {}, {}
+  local k = take(g, ids, oid, orec)
   local j = 1
   for i = 1, #q do
-    local rt, n = q[i][2], q[i][1]
-    while n > 0 and j <= k do
-      local x = #rt
-      rt[x + 1] = 1
-      rt[x + 2] = jobs[j][1]
-      rt[x + 3] = jobs[j][2]
-      j = j + 1
-      n = n - 1
-    end
+    local n = math.min(q[i], k - j + 1)
+    if n <= 0 then break end
+    hand(qt[i], 1, oid, orec, j, n)
+    j = j + n
   end
 end
 
--- del / ack: {ids, field, result}. Fast path: every id was reserved.
-local function run_del(g, q)
-  local all, seen, dup = {}, {}, false
-  for i = 1, #q do
-    for _, id in ipairs(q[i][1]) do
-      if seen[id] then dup = true end
-      seen[id] = true
-      all[#all + 1] = id
+-- del / ack: q holds runs of requests: q[k] the ARGV index of the run's
+-- first request (its count n, then n ids, then the next request), qm[k]
+-- how many requests, qf[k] 'acked' or 'deleted', qt[k] where their counts
+-- go (added to qt[k][qe[k]] on). Fast path: every id was reserved (ZREM
+-- removed them all, so none was named twice).
+local function run_del(g, q, qm, qf, qt, qe)
+  local all, ns, n = {}, {}, 0
+  local nr = 0
+  for k = 1, #q do
+    local p = q[k]
+    for _ = 1, qm[k] do
+      local c = tonumber(ARGV[p])
+      nr = nr + 1
+      ns[nr] = c
+      for x = p + 1, p + c do n = n + 1; all[n] = ARGV[x] end
+      p = p + 1 + c
     end
   end
-  local n = #all
   local removed = 0
   for i = 1, n, CHUNK do
     removed = removed + call('ZREM', g.lease, unpack(all, i, math.min(n, i + CHUNK - 1)))
   end
   cnt(g, 'xlease', removed)
-  if removed == n and not dup then
+  if removed == n then
     callv('HDEL', g.pool, all)
-    for i = 1, #q do
-      local it = q[i]
-      it[3][2] = it[3][2] + #it[1]
-      cnt(g, it[2], #it[1])
+    local r, acked = 0, 0
+    for k = 1, #q do
+      local t, e = qt[k], qe[k]
+      local sum = 0
+      for x = 0, qm[k] - 1 do
+        r = r + 1
+        t[e + x] = t[e + x] + ns[r]
+        sum = sum + ns[r]
+      end
+      if qf[k] == 'acked' then acked = acked + sum end
     end
+    cnt(g, 'acked', acked)
+    cnt(g, 'deleted', n - acked)
     return
   end
   -- those that were reserved left the lease zset above
-  for i = 1, #q do
-    local it = q[i]
-    local k = 0
-    for _, id in ipairs(it[1]) do
-      local r = call('HGET', g.pool, id)
-      if r then
-        if sbyte(r, 1) ~= RESERVED then unlink(g, id, r) end
-        call('HDEL', g.pool, id)
-        k = k + 1
+  local r = 0
+  for k = 1, #q do
+    local t, e, p = qt[k], qe[k], q[k]
+    for x = 0, qm[k] - 1 do
+      r = r + 1
+      local c = 0
+      for y = p + 1, p + ns[r] do
+        local id = ARGV[y]
+        local rec = call('HGET', g.pool, id)
+        if rec then
+          if sbyte(rec, 1) ~= RESERVED then unlink(g, id, rec) end
+          call('HDEL', g.pool, id)
+          c = c + 1
+        end
       end
+      p = p + 1 + ns[r]
+      t[e + x] = t[e + x] + c
+      cnt(g, qf[k], c)
     end
-    it[3][2] = it[3][2] + k
-    cnt(g, it[2], k)
   end
 end
 
 -- completes the group's queued run
 local function sync(g)
-  if #g.qa > 0 then
-    local q = g.qa
-    g.qa = {}
-    run_add(g, q)
+  if g.qa[1] then
+    local q, qm, qt, qe = g.qa, g.qam, g.qat, g.qae
+    g.qa, g.qam, g.qat, g.qae = {}, {}, {}, {}
+    run_add(g, q, qm, qt, qe)
   end
-  if #g.qr > 0 then
-    local q = g.qr
-    g.qr = {}
-    run_reserve(g, q)
+  if g.qr[1] then
+    local q, qt = g.qr, g.qrt
+    g.qr, g.qrt = {}, {}
+    run_reserve(g, q, qt)
   end
-  if #g.qd > 0 then
-    local q = g.qd
-    g.qd = {}
-    run_del(g, q)
+  if g.qd[1] then
+    local q, qm, qf, qt, qe = g.qd, g.qdm, g.qdf, g.qdt, g.qde
+    g.qd, g.qdm, g.qdf, g.qdt, g.qde = {}, {}, {}, {}, {}
+    run_del(g, q, qm, qf, qt, qe)
   end
 end
 
--- queues a request of kind 'add', 'reserve' or 'del'
-local function queue(g, kind, item)
-  local q
-  if kind == 'add' then
-    if #g.qr > 0 or #g.qd > 0 then sync(g) end
-    q = g.qa
-  else
-    if #g.qa > 0 then sync(g) end
-    q = kind == 'reserve' and g.qr or g.qd
-  end
-  if #q >= CHUNK then
-    sync(g)
-    q = kind == 'add' and g.qa or kind == 'reserve' and g.qr or g.qd
-  end
-  q[#q + 1] = item
+-- queues m adds from ARGV index a on (5 values each); their result bytes
+-- go to t[e...]. A run of adds ends at the first reserve or del/ack.
+local function qadd(g, a, m, t, e)
+  if g.qr[1] or g.qd[1] then sync(g) end
+  local n = #g.qa + 1
+  g.qa[n], g.qam[n], g.qat[n], g.qae[n] = a, m, t, e
+end
+
+-- queues a single-group reserve of need jobs, handed to rt
+local function qreserve(g, need, rt)
+  if g.qa[1] then sync(g) end
+  local n = #g.qr
+  if n >= CHUNK then sync(g); n = 0 end
+  n = n + 1
+  g.qr[n], g.qrt[n] = need, rt
+end
+
+-- queues m del/ack requests from ARGV index a on (each a count n, then n
+-- ids); their counts are added to t[e...]
+local function qdel(g, a, m, field, t, e)
+  if g.qa[1] then sync(g) end
+  local x = #g.qd + 1
+  g.qd[x], g.qdm[x], g.qdf[x], g.qdt[x], g.qde[x] = a, m, field, t, e
 end
 
 -- first touch of a group in this call: note its next due time (what the
@@ -436,46 +547,40 @@ local function finish(g)
     rl = g.rlen or call('LLEN', g.ready)
     if rl == 0 then g.rd = false; rl = -1 end
   end
-  local newhead = g.mi and (g.h0 < 0 or g.mi < g.h0)
-  if g.rd or newhead then
-    call('PUBLISH', chan, inst .. ' ' .. g.shard .. ' ' ..
-      (newhead and fmt('%d', g.mi) or '-1') .. ' ' .. (g.rd and '1' or '0') .. ' ' .. g.topic)
+  local pl = -1
+  if g.pd or g.pw then
+    pl = g.plen or call('LLEN', g.pready)
+    if pl == 0 then g.pd = false; pl = -1 end
   end
-  return nx, rl
+  local newhead = g.mi and (g.h0 < 0 or g.mi < g.h0)
+  if g.rd or g.pd or newhead then
+    -- the ready field: 1 jobs became ready, 2 push jobs did, 3 both
+    call('PUBLISH', chan, inst .. ' ' .. g.shard .. ' ' ..
+      (newhead and fmt('%d', g.mi) or '-1') .. ' ' ..
+      ((g.rd and 1 or 0) + (g.pd and 2 or 0)) .. ' ' .. g.topic)
+  end
+  return nx, rl, pl
 end
 
 -- --- the requests: OPS[op](groups, first arg index, result table) --------
 
 local OPS = {}
 
--- add: id record due member flags. The record (header, ord, body) is made
--- by the caller, which decided ready or delayed from the same now; member
--- is the delay zset's (ord .. id) for a delayed job. flags: '-' plain,
--- 'r' REPLACE, 'g' a generated id (TAKEN if it exists).
--- -> code, 1 if the id was new
-OPS.add = function(gs, a, rt)
-  local g = gs[1]
-  if not g.o then open(g, g.cf ~= '1') end
-  rt[1], rt[2] = OK, 0
-  queue(g, 'add', {ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], rt})
-end
-
 -- adds: m, then m x (id record due member flags): m adds on one group,
--- merged by the caller -> code, then per add: its code, 1 if the id was new
+-- merged by the caller. The record (header, ord, body) is made by the
+-- caller, which decided ready or delayed from the same now; member is the
+-- delay zset's (ord .. id) for a delayed job. flags: '-' plain, 'r'
+-- REPLACE, 'g' a generated id (TAKEN if it exists).
+-- -> code, then a string of one byte per add: '0' + its code * 2 + (1 if
+-- the id was new)
 OPS.adds = function(gs, a, rt)
   local g = gs[1]
   if not g.o then open(g, g.cf ~= '1') end
   local m = tonumber(ARGV[a])
-  local pairs_ = {}
-  local p = a + 1
-  for e = 1, m do
-    local sub = {OK, 0}
-    pairs_[e] = sub
-    queue(g, 'add', {ARGV[p], ARGV[p + 1], ARGV[p + 2], ARGV[p + 3], ARGV[p + 4], sub})
-    p = p + 5
-  end
+  local codes = {}
+  qadd(g, a + 1, m, codes, 1)
   rt[1] = OK
-  rt.pairs = pairs_
+  rt.codes = codes
 end
 
 -- del / ack: mode ('ack' or 'del'), then per group: n ids... -> code, how
@@ -487,30 +592,21 @@ OPS.del = function(gs, a, rt)
   rt[1], rt[2] = OK, 0
   if mode == 'ack*' or mode == 'del*' then
     -- requests merged by the caller, all on the first group: m, then per
-    -- request n ids... -> code, the sum, then each one's count
+    -- request n ids... -> code, the sum, then a string of each one's count
+    -- as a digit if all are below 10, else each one's count
     local g = gs[1]
     if not g.o then open(g, true) end
     local m = tonumber(ARGV[p])
-    p = p + 1
-    local subs = {}
-    for e = 1, m do
-      local n = tonumber(ARGV[p])
-      local ids = {}
-      for i = 1, n do ids[i] = ARGV[p + i] end
-      local sub = {OK, 0}
-      subs[e] = sub
-      queue(g, 'del', {ids, field, sub})
-      p = p + 1 + n
-    end
-    rt.subs = subs
+    local cnts = {}
+    for e = 1, m do cnts[e] = 0 end
+    qdel(g, p + 1, m, field, cnts, 1)
+    rt.cnts = cnts
     return
   end
   for _, g in ipairs(gs) do
     if not g.o then open(g, true) end
     local n = tonumber(ARGV[p])
-    local ids = {}
-    for i = 1, n do ids[i] = ARGV[p + i] end
-    queue(g, 'del', {ids, field, rt})
+    qdel(g, p, 1, field, rt, 2)
     p = p + 1 + n
   end
 end
@@ -523,7 +619,7 @@ OPS.reserve = function(gs, a, rt)
   if #gs == 1 then
     local g = gs[1]
     if not g.o then open(g, true) end
-    queue(g, 'reserve', {need, rt})
+    qreserve(g, need, rt)
     return
   end
   for gi, g in ipairs(gs) do
@@ -534,20 +630,36 @@ OPS.reserve = function(gs, a, rt)
     g.rlen = nil
     if ids then
       cnt(g, 'xready', #ids)
-      local jobs = {}
-      local k = take(g, ids, jobs)
-      for j = 1, k do
-        local x = #rt
-        rt[x + 1] = gi
-        rt[x + 2] = jobs[j][1]
-        rt[x + 3] = jobs[j][2]
-      end
+      local oid, orec = {}, {}
+      local k = take(g, ids, oid, orec)
+      hand(rt, gi, oid, orec, 1, k)
       need = need - k
     end
   end
 end
 
--- nack: id delay (< 0 = the job's backoff) -> code, new state
+-- preserve (reserve_push): count; groups in order -> as reserve, from the
+-- push ready lists (the records carry the URL and content type)
+OPS.preserve = function(gs, a, rt)
+  local need = tonumber(ARGV[a])
+  rt[1] = OK
+  for gi, g in ipairs(gs) do
+    if need <= 0 then break end
+    open(g, true)
+    if call('LLEN', g.pready) < need then bring(g) end
+    local ids = call('LPOP', g.pready, need)
+    g.plen = nil
+    if ids then
+      cnt(g, 'xready', #ids)
+      local oid, orec = {}, {}
+      local k = take(g, ids, oid, orec)
+      hand(rt, gi, oid, orec, 1, k)
+      need = need - k
+    end
+  end
+end
+
+-- nack: id delay (< 0 = the job's backoff; -2 dead at once) -> code, new state
 OPS.nack = function(gs, a, rt)
   local g = gs[1]
   open(g)
@@ -557,12 +669,12 @@ OPS.nack = function(gs, a, rt)
   local st, att, ttr, ret, bk, bb, bm, due, cr = sunpack(HDR, r)
   cnt(g, 'xlease', call('ZREM', g.lease, id))
   cnt(g, 'nacked', 1)
-  if att <= ret then
-    local d = tonumber(ARGV[a + 1])
+  local d = tonumber(ARGV[a + 1])
+  if att <= ret and d ~= -2 then -- -2: dead at once (a push answered 410)
     if d < 0 then d = backoff(bk, bb, bm, att) end
     due = now + d
     if d <= 0 then
-      st = READY; g.rlen = call('RPUSH', g.ready, id); g.rd = true
+      st = READY; ready1(g, 'RPUSH', id, r)
     else
       insert(g, due, 'd')
       st = DELAYED; call('ZADD', g.delay, fmt('%d', due), dmember(r, id))
@@ -603,8 +715,7 @@ OPS.release = function(gs, a, rt)
   if att > 0 then att = att - 1 end
   cnt(g, 'xlease', call('ZREM', g.lease, id))
   call('HSET', g.pool, id, spack('<BI', READY, att) .. ssub(r, 6, 38) .. spack('<d', 0) .. ssub(r, 47))
-  g.rlen = call('LPUSH', g.ready, id)
-  g.rd = true
+  ready1(g, 'LPUSH', id, r)
   cnt(g, 'reserved', -1)
   rt[2] = 1
 end
@@ -620,8 +731,7 @@ OPS.kickjob = function(gs, a, rt)
   cnt(g, 'xdead', call('ZREM', g.dead, id))
   call('HSET', g.pool, id, spack('<BI', READY, 0) .. ssub(r, 6, 22) .. spack('<d', now) ..
     ssub(r, 31, 38) .. spack('<d', 0) .. ssub(r, 47))
-  g.rlen = call('RPUSH', g.ready, id)
-  g.rd = true
+  ready1(g, 'RPUSH', id, r)
   cnt(g, 'kicked', 1)
   rt[2] = 1
 end
@@ -641,25 +751,24 @@ OPS.kick = function(gs, a, rt)
       local ids = call('ZRANGE', g.dead, 0, take - 1)
       if #ids == 0 then break end
       local recs = hmget(g.pool, ids)
-      local hs, push = {}, {}
+      local hs, push, pj = {}, {}, {}
       for i = 1, #ids do
         local r = recs[i]
         if r then
           hs[#hs + 1] = ids[i]
           hs[#hs + 1] = spack('<BI', READY, 0) .. ssub(r, 6, 22) .. spack('<d', now) ..
             ssub(r, 31, 38) .. spack('<d', 0) .. ssub(r, 47)
-          push[#push + 1] = ids[i]
+          if precord(r) then pj[#pj + 1] = ids[i] else push[#push + 1] = ids[i] end
         end
       end
       call('ZREMRANGEBYRANK', g.dead, 0, #ids - 1)
       cnt(g, 'xdead', #ids)
-      if #push > 0 then
+      if #hs > 0 then
         callv('HSET', g.pool, hs)
-        g.rlen = callv('RPUSH', g.ready, push)
-        g.rd = true
+        readyv(g, push, pj)
       end
-      cnt(g, 'kicked', #push)
-      total = total + #push
+      cnt(g, 'kicked', #push + #pj)
+      total = total + #push + #pj
       if need > 0 then need = need - #ids end
       if #ids < take then break end
     end
@@ -683,18 +792,37 @@ end
 -- Either way a job that stays in the state for the whole scan is listed,
 -- and each page costs O(log n + COUNT) whatever the set's size.
 local XF = {[DELAYED] = 'xdelay', [READY] = 'xready', [RESERVED] = 'xlease', [DEAD] = 'xdead'}
+
+-- The ready state is two lists, ready then pready (push jobs), paged as one:
+-- n ids from position i of the two (n < 0: all of them). Removals from
+-- either count in xready.
+local function readyrange(g, i, n)
+  if n < 0 then
+    local out = call('LRANGE', g.ready, 0, -1)
+    for _, x in ipairs(call('LRANGE', g.pready, 0, -1)) do out[#out + 1] = x end
+    return out
+  end
+  local a = call('LLEN', g.ready)
+  local out = {}
+  if i < a then out = call('LRANGE', g.ready, i, math.min(a - 1, i + n - 1)) end
+  if i + n > a then
+    local from = i > a and i - a or 0
+    for _, x in ipairs(call('LRANGE', g.pready, from, i + n - 1 - a)) do out[#out + 1] = x end
+  end
+  return out
+end
 local function listpage(g, st, mode, cur, n, out)
   local key, size, skip = g.dead, 0, 1
   if st == READY then
     key = g.ready
-    size = call('LLEN', key)
+    size = call('LLEN', key) + call('LLEN', g.pready)
   else
     if st == DELAYED then key = g.delay; skip = 9 elseif st == RESERVED then key = g.lease end
     size = zcount(key)
   end
   if mode == '1' or (cur == '0' and size <= 512) then
     local all
-    if st == READY then all = call('LRANGE', key, 0, -1) else all = call('ZRANGE', key, 0, -1) end
+    if st == READY then all = readyrange(g, 0, -1) else all = call('ZRANGE', key, 0, -1) end
     local lo, items = tonumber(cur), {}
     for _, m in ipairs(all) do
       if m ~= LSENT and m ~= DSENT then
@@ -722,7 +850,7 @@ local function listpage(g, st, mode, cur, n, out)
   end
   local items
   if st == READY then
-    items = call('LRANGE', key, i, i + n - 1)
+    items = readyrange(g, i, n)
   else
     items = call('ZRANGE', key, i, i + n - 1)
   end
@@ -757,8 +885,9 @@ OPS.purge = function(gs, a, rt)
     if not g.o then g.o = true; g.carried = true; g.c = {} end
     g.exact = true
     g.rlen = nil
+    g.plen = nil
     local n = call('HLEN', g.pool)
-    call('UNLINK', g.pool, g.ready, g.delay, g.lease, g.dead)
+    call('UNLINK', g.pool, g.ready, g.delay, g.lease, g.dead, g.pready)
     cnt(g, 'deleted', n)
     total = total + n
   end
@@ -774,7 +903,7 @@ OPS.stats = function(gs, a, rt)
   for _, g in ipairs(gs) do
     open(g)
     s[1] = s[1] + zcount(g.delay)
-    s[2] = s[2] + call('LLEN', g.ready)
+    s[2] = s[2] + call('LLEN', g.ready) + call('LLEN', g.pready)
     local head = call('LINDEX', g.ready, 0)
     local r = head and call('HGET', g.pool, head)
     if r then
@@ -799,72 +928,91 @@ OPS.carry = function(gs, a, rt)
   for i, g in ipairs(gs) do
     open(g)
     g.exact = true
+    g.pw = true
     rt[i + 1] = call('HLEN', g.pool)
   end
 end
 
 -- --- the call ----------------------------------------------------------------
 
-local G = tonumber(ARGV[4])
-local groups = {}
-local p = 5
-for i = 1, G do
-  local b = (i - 1) * 6
-  groups[i] = {pool = KEYS[b + 1], ready = KEYS[b + 2], delay = KEYS[b + 3],
-    lease = KEYS[b + 4], dead = KEYS[b + 5], stats = KEYS[b + 6],
-    topic = ARGV[p], shard = ARGV[p + 1], cf = ARGV[p + 2], qa = {}, qr = {}, qd = {}}
-  p = p + 3
-end
-local R = tonumber(ARGV[p])
-p = p + 1
-local rts, one = {}, {}
-for r = 1, R do
-  local op, ng = ARGV[p], tonumber(ARGV[p + 1])
-  p = p + 2
-  local gs = one
-  if ng == 1 then
-    one[1] = groups[tonumber(ARGV[p])]
-    p = p + 1
-  else
-    gs = {}
-    for j = 1, ng do gs[j] = groups[tonumber(ARGV[p])]; p = p + 1 end
+-- one call: keys and args as described at the top
+local function main(keys, args)
+  call = redis.call
+  spack, sunpack, ssub, sbyte = struct.pack, struct.unpack, string.sub, string.byte
+  fmt = string.format
+  KEYS, ARGV = keys, args
+  nows = ARGV[1]
+  now = tonumber(nows)
+  inst, chan = ARGV[2], ARGV[3]
+  local G = tonumber(ARGV[4])
+  local groups = {}
+  local p = 5
+  for i = 1, G do
+    local b = (i - 1) * 7
+    groups[i] = {pool = KEYS[b + 1], ready = KEYS[b + 2], delay = KEYS[b + 3],
+      lease = KEYS[b + 4], dead = KEYS[b + 5], stats = KEYS[b + 6], pready = KEYS[b + 7],
+      topic = ARGV[p], shard = ARGV[p + 1], cf = ARGV[p + 2],
+      qa = {}, qam = {}, qat = {}, qae = {},
+      qr = {}, qrt = {}, qd = {}, qdm = {}, qdf = {}, qdt = {}, qde = {}}
+    p = p + 3
   end
-  local na = tonumber(ARGV[p])
+  local R = tonumber(ARGV[p])
   p = p + 1
-  local rt = {}
-  rts[r] = rt
-  OPS[op](gs, p, rt)
-  p = p + na
-end
-local info = {}
-for i = 1, G do
-  local g = groups[i]
-  if g.o then
-    local nx, rl = finish(g)
-    info[2 * i - 1] = nx
-    info[2 * i] = rl
-  else
-    info[2 * i - 1] = -2
-    info[2 * i] = -1
-  end
-end
-local res, n = {}, 0
-for r = 1, R do
-  local rt = rts[r]
-  if rt.subs then
-    for i, sub in ipairs(rt.subs) do
-      rt[2] = rt[2] + sub[2]
-      rt[2 + i] = sub[2]
+  local rts, one = {}, {}
+  for r = 1, R do
+    local op, ng = ARGV[p], tonumber(ARGV[p + 1])
+    p = p + 2
+    local gs = one
+    if ng == 1 then
+      one[1] = groups[tonumber(ARGV[p])]
+      p = p + 1
+    else
+      gs = {}
+      for j = 1, ng do gs[j] = groups[tonumber(ARGV[p])]; p = p + 1 end
     end
-  elseif rt.pairs then
-    for i, sub in ipairs(rt.pairs) do
-      rt[2 * i] = sub[1]
-      rt[2 * i + 1] = sub[2]
+    local na = tonumber(ARGV[p])
+    p = p + 1
+    local rt = {}
+    rts[r] = rt
+    OPS[op](gs, p, rt)
+    p = p + na
+  end
+  local info = {}
+  for i = 1, G do
+    local g = groups[i]
+    if g.o then
+      local nx, rl, pl = finish(g)
+      info[3 * i - 2] = nx
+      info[3 * i - 1] = rl
+      info[3 * i] = pl
+    else
+      info[3 * i - 2] = -2
+      info[3 * i - 1] = -1
+      info[3 * i] = -1
     end
   end
-  local k = #rt
-  res[n + 1] = k
-  for i = 1, k do res[n + 1 + i] = rt[i] end
-  n = n + 1 + k
+  local res, n = {}, 0
+  for r = 1, R do
+    local rt = rts[r]
+    if rt.cnts then
+      local c, big = rt.cnts, false
+      for i = 1, #c do
+        rt[2] = rt[2] + c[i]
+        if c[i] > 9 then big = true end
+      end
+      if big then
+        for i = 1, #c do rt[2 + i] = c[i] end
+      else
+        for i = 1, #c do c[i] = c[i] + 48 end
+        rt[3] = bytes(c)
+      end
+    elseif rt.codes then
+      rt[2] = bytes(rt.codes)
+    end
+    local k = #rt
+    res[n + 1] = k
+    for i = 1, k do res[n + 1 + i] = rt[i] end
+    n = n + 1 + k
+  end
+  return {res, info}
 end
-return {res, info}
