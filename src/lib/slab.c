@@ -40,7 +40,8 @@ struct slab_page {
 #define HDR ((sizeof(struct slab_page) + 63) & ~(size_t)63)
 
 struct slab_reserve {
-    char *next, *end; /* pages not handed out yet */
+    char *first;      /* the region: the thread reads only this ... */
+    char *next, *end; /* ... the owner cuts pages from next up to end */
     pthread_t thread;
     atomic_bool stop;
 };
@@ -166,7 +167,7 @@ uint64_t slab_release(struct slab *s, uint64_t max) {
  * not race with the owner writing into a page already handed out). */
 static void *reserve_main(void *arg) {
     struct slab_reserve *r = arg;
-    for (char *p = r->next; p < r->end; p += SLAB_PAGE) {
+    for (char *p = r->first; p < r->end; p += SLAB_PAGE) {
         if (atomic_load_explicit(&r->stop, memory_order_relaxed)) break;
         if (madvise(p, SLAB_PAGE, MADV_POPULATE_WRITE) != 0) break;
     }
@@ -182,6 +183,7 @@ int slab_reserve(struct slab *s, size_t bytes) {
         dq_free(r);
         return -1;
     }
+    r->first = r->next;
     r->end = r->next + pages * (size_t)SLAB_PAGE;
     atomic_init(&r->stop, false);
     if (pthread_create(&r->thread, NULL, reserve_main, r) != 0) {
