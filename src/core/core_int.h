@@ -37,7 +37,8 @@ struct wait_table *wait_table_new(void);
 void wait_table_free(struct wait_table *t);
 /* Issues a RESERVE and, if it finds nothing and timeout_ms != 0, waits
  * until a job arrives or the timeout (< 0 = forever) passes. Topics are
- * copied. Returns NULL when cb has been called already. */
+ * copied when it may wait; with timeout_ms 0 they are only read during the
+ * call. Returns NULL when cb has been called already. */
 struct core_wait *wait_reserve(struct core *c, const struct dq_str *topics,
                                size_t ntopics, uint32_t count,
                                int64_t timeout_ms, core_cb *cb, void *pd);

@@ -12,6 +12,11 @@
  * or when its client goes away (core_reserve_cancel); jobs reserved for a
  * client that went away are given back to the store (release), so nothing
  * is lost.
+ *
+ * A RESERVE with TIMEOUT 0 is a waiter too (so that it can be cancelled
+ * while its attempt is in flight), but one that is never queued: it borrows
+ * the caller's topics for its one attempt instead of copying them, and
+ * waiters are kept for reuse, so it costs no allocation.
  */
 #include <event2/event.h>
 #include <string.h>
@@ -38,9 +43,12 @@ struct topicq {
 
 struct core_wait {
     struct core *core;
+    struct core_wait *next;  /* in the free list */
     core_cb *cb;             /* NULL once the client went away */
     void *pd;
-    struct dq_str *topics;   /* copies, in `names` */
+    const struct dq_str *topics; /* copies (`own`), or the caller's while
+                                    the first attempt is issued */
+    struct dq_str *own;      /* NULL when not copied (TIMEOUT 0) */
     char *names;
     size_t ntopics;
     uint32_t count;
@@ -59,7 +67,11 @@ struct core_wait {
 struct wait_table {
     struct htab queues; /* struct topicq by name */
     uint64_t nwaiters;
+    struct core_wait *free; /* kept for reuse */
+    unsigned nfree;
 };
+
+#define WAIT_CACHE_MAX 4096
 
 static uint64_t queue_hash(const struct hnode *n) {
     return ((const struct topicq *)n)->hash;
@@ -75,6 +87,11 @@ static void free_queue(void *ud, struct hnode *n) { dq_free(n); }
 
 void wait_table_free(struct wait_table *t) {
     if (!t) return;
+    while (t->free) {
+        struct core_wait *w = t->free;
+        t->free = w->next;
+        dq_free(w);
+    }
     htab_foreach(&t->queues, free_queue, NULL);
     htab_destroy(&t->queues);
     dq_free(t);
@@ -144,12 +161,33 @@ static void dequeue(struct core_wait *w) {
     t->nwaiters--;
 }
 
+static struct core_wait *waiter_new(struct core *c) {
+    struct wait_table *t = c->waits;
+    struct core_wait *w = t->free;
+    if (w) {
+        t->free = w->next;
+        t->nfree--;
+        memset(w, 0, sizeof *w);
+    } else {
+        w = xcalloc(1, sizeof *w);
+    }
+    w->core = c;
+    return w;
+}
+
 static void waiter_free(struct core_wait *w) {
+    struct wait_table *t = w->core->waits;
     dequeue(w);
     if (w->timer) event_free(w->timer);
-    dq_free(w->topics);
+    dq_free(w->own);
     dq_free(w->names);
-    dq_free(w);
+    if (t->nfree < WAIT_CACHE_MAX) {
+        w->next = t->free;
+        t->free = w;
+        t->nfree++;
+    } else {
+        dq_free(w);
+    }
 }
 
 /* Ends the wait with res. */
@@ -192,13 +230,13 @@ static void reserve_cb(void *pd, const struct dq_result *res) {
         return;
     }
     if (res->njobs > 0) {
-        bool chain = w->chain;
-        struct dq_str first = w->topics[0];
+        bool chain = w->chain; /* only a queued waiter is woken */
         char name[DQ_TOPIC_MAX];
-        memcpy(name, first.p, first.len);
+        size_t len = chain ? w->topics[0].len : 0;
+        if (chain) memcpy(name, w->topics[0].p, len);
         core_handed_out(c, res);
         answer(w, res);
-        if (chain) wait_on_ready(c, (struct dq_str){name, first.len}, -1);
+        if (chain) wait_on_ready(c, (struct dq_str){name, len}, -1);
         return;
     }
     if (w->retry && !w->expired) {
@@ -227,23 +265,24 @@ static void timeout_cb(evutil_socket_t fd, short what, void *arg) {
 struct core_wait *wait_reserve(struct core *c, const struct dq_str *topics,
                                size_t ntopics, uint32_t count,
                                int64_t timeout_ms, core_cb *cb, void *pd) {
-    struct core_wait *w = xcalloc(1, sizeof *w);
-    size_t total = 0;
-    for (size_t i = 0; i < ntopics; i++) total += topics[i].len;
-    w->core = c;
+    struct core_wait *w = waiter_new(c);
     w->cb = cb;
     w->pd = pd;
-    w->names = xmalloc(total ? total : 1);
-    w->topics = xcalloc(ntopics, sizeof *w->topics);
+    w->topics = topics; /* the store borrows them only during the call */
     w->ntopics = ntopics;
     w->count = count;
     w->timeout_ms = timeout_ms;
-    for (size_t i = 0, off = 0; i < ntopics; i++) {
-        memcpy(w->names + off, topics[i].p, topics[i].len);
-        w->topics[i] = (struct dq_str){w->names + off, topics[i].len};
-        off += topics[i].len;
-    }
-    if (timeout_ms != 0) {
+    if (timeout_ms != 0) { /* it may attempt again: its own copies */
+        size_t total = 0;
+        for (size_t i = 0; i < ntopics; i++) total += topics[i].len;
+        w->names = xmalloc(total ? total : 1);
+        w->own = xcalloc(ntopics, sizeof *w->own);
+        for (size_t i = 0, off = 0; i < ntopics; i++) {
+            memcpy(w->names + off, topics[i].p, topics[i].len);
+            w->own[i] = (struct dq_str){w->names + off, topics[i].len};
+            off += topics[i].len;
+        }
+        w->topics = w->own;
         enqueue(w);
         if (timeout_ms > 0) {
             w->timer = evtimer_new(c->base, timeout_cb, w);
@@ -258,6 +297,7 @@ struct core_wait *wait_reserve(struct core *c, const struct dq_str *topics,
     attempt(w);
     if (answered) return NULL;
     w->answered = NULL;
+    if (!w->own) w->topics = NULL; /* the caller's; never attempted again */
     return w;
 }
 

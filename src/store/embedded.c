@@ -46,6 +46,7 @@
 #include "lib/clock.h"
 #include "lib/log.h"
 #include "lib/xalloc.h"
+#include "store/result.h"
 #include "store/store.h"
 #include "store/tier.h"
 #include "store/wal.h"
@@ -55,28 +56,19 @@
 #define TRIM_MIN 65536      /* jobs gone since the peak before memory is trimmed */
 #define TRIM_DELAY_MS 200   /* after the drop, so a burst of removals is done */
 
-/* What a result's data is, so the batch can turn offsets into pointers. */
-enum pend_kind { PEND_NONE, PEND_ID, PEND_JOBS, PEND_STRS, PEND_STATS };
-
+/* An operation waiting for the batch to complete. */
 struct pending {
     dq_store_cb *cb;
     void *pd;
-    int status;
-    const char *errmsg;
-    int64_t n;
-    uint64_t cursor;
-    enum pend_kind kind;
-    size_t off; /* of the data in the batch arena */
-    size_t cnt; /* bytes for PEND_ID, elements otherwise */
     bool change; /* a state-changing operation: fails if the log write does */
+    struct res r;
 };
 
-/* The completions of one loop iteration and the bytes their results need.
- * Strings inside copied structs hold arena offsets until the batch fires. */
+/* The completions of one loop iteration and the data of their results. */
 struct batch {
     struct pending *items;
     size_t n, cap;
-    struct buf arena;
+    struct res_set set;
 };
 
 struct ready_note {
@@ -125,95 +117,21 @@ static int64_t now_ms(struct dq_store *s) {
 
 /* --- the batch ---------------------------------------------------------- */
 
-static struct pending *pend_push(struct dq_store *s, dq_store_cb *cb,
-                                 void *pd, int status) {
+/* Queues a completion in the current batch; returns its result to fill. */
+static struct res *pend_push(struct dq_store *s, dq_store_cb *cb, void *pd,
+                             int status) {
     struct batch *b = &s->cur;
     if (b->n == b->cap) {
         b->cap = b->cap ? b->cap * 2 : 64;
         b->items = xrealloc(b->items, b->cap * sizeof *b->items);
     }
     struct pending *p = &b->items[b->n++];
-    memset(p, 0, sizeof *p);
     p->cb = cb;
     p->pd = pd;
-    p->status = status;
+    p->change = false;
+    res_start(&p->r, status);
     if (b->n == 1) event_active(s->commit_ev, 0, 0);
-    return p;
-}
-
-/* Copies n bytes into the arena, 8-aligned; returns their offset. */
-static size_t arena_put(struct buf *a, const void *p, size_t n) {
-    size_t pad = (8 - (a->len & 7)) & 7;
-    buf_reserve(a, pad + n);
-    a->len += pad;
-    size_t off = a->len;
-    buf_append(a, p, n);
-    return off;
-}
-
-/* Stores a string as an offset in a dq_str, to be fixed up at fire time. */
-static struct dq_str arena_str(struct buf *a, struct dq_str v) {
-    size_t off = arena_put(a, v.p, v.len);
-    return (struct dq_str){(const char *)(uintptr_t)off, v.len};
-}
-
-static void fixup_str(struct dq_str *v, const char *base) {
-    v->p = base + (uintptr_t)v->p;
-}
-
-static void pend_jobs(struct dq_store *s, struct pending *p,
-                      const struct dq_job *jobs, size_t n) {
-    struct buf *a = &s->cur.arena;
-    p->kind = PEND_JOBS;
-    p->cnt = n;
-    p->off = arena_put(a, jobs, n * sizeof *jobs);
-    for (size_t i = 0; i < n; i++) {
-        struct dq_job j = jobs[i];
-        j.topic = arena_str(a, jobs[i].topic);
-        j.id = arena_str(a, jobs[i].id);
-        j.body = arena_str(a, jobs[i].body);
-        j.url = arena_str(a, jobs[i].url);
-        j.content_type = arena_str(a, jobs[i].content_type);
-        memcpy(a->p + p->off + i * sizeof j, &j, sizeof j);
-    }
-}
-
-static void fire(struct pending *p, char *base) {
-    struct dq_result r = {
-        .status = p->status, .errmsg = p->errmsg, .n = p->n,
-        .cursor = p->cursor,
-    };
-    switch (p->kind) {
-    case PEND_NONE:
-        break;
-    case PEND_ID:
-        r.id = (struct dq_str){base + p->off, p->cnt};
-        break;
-    case PEND_JOBS: {
-        struct dq_job *jobs = (struct dq_job *)(base + p->off);
-        for (size_t i = 0; i < p->cnt; i++) {
-            fixup_str(&jobs[i].topic, base);
-            fixup_str(&jobs[i].id, base);
-            fixup_str(&jobs[i].body, base);
-            fixup_str(&jobs[i].url, base);
-            fixup_str(&jobs[i].content_type, base);
-        }
-        r.jobs = jobs;
-        r.njobs = p->cnt;
-        break;
-    }
-    case PEND_STRS: {
-        struct dq_str *strs = (struct dq_str *)(base + p->off);
-        for (size_t i = 0; i < p->cnt; i++) fixup_str(&strs[i], base);
-        r.strs = strs;
-        r.nstrs = p->cnt;
-        break;
-    }
-    case PEND_STATS:
-        r.stats = (const struct dq_stats *)(base + p->off);
-        break;
-    }
-    p->cb(p->pd, &r);
+    return &p->r;
 }
 
 static void arm_timer(struct dq_store *s);
@@ -268,10 +186,10 @@ static void commit_log(struct dq_store *s) {
     for (size_t i = 0; i < s->cur.n; i++) {
         struct pending *p = &s->cur.items[i];
         if (!p->change) continue;
-        p->status = DQ_IOERR;
-        p->errmsg = msg;
-        p->kind = PEND_NONE;
-        p->n = 0;
+        res_clear(&p->r);
+        p->r.n = 0;
+        p->r.status = DQ_IOERR;
+        p->r.errmsg = msg;
     }
     reload(s);
 }
@@ -283,15 +201,17 @@ static void commit(struct dq_store *s) {
     if (s->cur.n == 0) return;
     struct batch b = s->cur;
     memset(&s->cur, 0, sizeof s->cur);
-    for (size_t i = 0; i < b.n; i++) fire(&b.items[i], b.arena.p);
+    for (size_t i = 0; i < b.n; i++)
+        res_fire(&b.set, &b.items[i].r, b.items[i].cb, b.items[i].pd);
     /* keep the larger buffers for the next batch if it is still empty */
-    if (s->cur.n == 0 && s->cur.cap == 0 && s->cur.arena.cap == 0) {
+    if (s->cur.n == 0 && s->cur.cap == 0 && s->cur.set.bytes.cap == 0 &&
+        s->cur.set.items.cap == 0) {
         b.n = 0;
-        buf_reset(&b.arena, 1 << 20);
+        res_reset(&b.set, 1 << 20);
         s->cur = b;
     } else {
         dq_free(b.items);
-        buf_free(&b.arena);
+        res_free(&b.set);
     }
 }
 
@@ -615,7 +535,7 @@ static void emb_close(struct dq_store *s) {
     if (s->timer_ev) event_free(s->timer_ev);
     engine_free(s->eng);
     dq_free(s->cur.items);
-    buf_free(&s->cur.arena);
+    res_free(&s->cur.set);
     dq_free(s->notes);
     buf_free(&s->ready_names);
     dq_free(s);
@@ -829,11 +749,11 @@ static bool refuse_change(struct dq_store *s, dq_store_cb *cb, void *pd) {
     return true;
 }
 
-static struct pending *pend_change(struct dq_store *s, dq_store_cb *cb,
-                                   void *pd, int status) {
-    struct pending *p = pend_push(s, cb, pd, status);
-    p->change = true;
-    return p;
+static struct res *pend_change(struct dq_store *s, dq_store_cb *cb,
+                               void *pd, int status) {
+    struct res *r = pend_push(s, cb, pd, status);
+    s->cur.items[s->cur.n - 1].change = true;
+    return r;
 }
 
 static int engine_status(int rc) {
@@ -910,10 +830,7 @@ static void emb_add(struct dq_store *s, const struct dq_add *a,
         pend_change(s, cb, pd, engine_status(rc));
     } else {
         if (!far) log_job(s, WAL_JOB, &v);
-        struct pending *p = pend_change(s, cb, pd, DQ_OK);
-        p->kind = PEND_ID;
-        p->cnt = req.id.len;
-        p->off = arena_put(&s->cur.arena, req.id.p, req.id.len);
+        res_id(&s->cur.set, pend_change(s, cb, pd, DQ_OK), req.id);
     }
     after_change(s);
 }
@@ -947,19 +864,19 @@ static void emb_get(struct dq_store *s, struct dq_str topic, struct dq_str id,
                     dq_store_cb *cb, void *pd) {
     struct dq_job j;
     uint64_t ref;
-    struct pending *p = pend_push(s, cb, pd, DQ_OK);
+    struct res *r = pend_push(s, cb, pd, DQ_OK);
+    res_jobs(&s->cur.set, r); /* njobs = 0 if absent */
     if (engine_get(s->eng, topic, id, &j)) {
-        pend_jobs(s, p, &j, 1);
+        res_job(&s->cur.set, r, &j);
     } else if (engine_far_ref(s->eng, topic, id, &ref)) {
         if (tier_read(s->tier, ref, topic, id, &s->far_body, &j)) {
-            pend_jobs(s, p, &j, 1);
+            res_job(&s->cur.set, r, &j);
         } else {
-            p->status = DQ_IOERR;
-            p->errmsg = "the job is kept on disk and its record cannot be "
+            res_clear(r);
+            r->status = DQ_IOERR;
+            r->errmsg = "the job is kept on disk and its record cannot be "
                         "read (see the server log)";
         }
-    } else {
-        p->kind = PEND_JOBS; /* njobs = 0 */
     }
 }
 
@@ -972,8 +889,9 @@ static void emb_reserve(struct dq_store *s, const struct dq_str *topics,
     catch_up(s, now);
     int n = engine_reserve(s->eng, now, topics, ntopics, count, s->jobs);
     for (int i = 0; i < n; i++) log_job(s, WAL_RESERVE, &s->jobs[i]);
-    struct pending *p = pend_change(s, cb, pd, DQ_OK);
-    pend_jobs(s, p, s->jobs, n > 0 ? (size_t)n : 0);
+    struct res *r = pend_change(s, cb, pd, DQ_OK);
+    res_jobs(&s->cur.set, r);
+    for (int i = 0; i < n; i++) res_job(&s->cur.set, r, &s->jobs[i]);
     after_change(s);
 }
 
@@ -985,8 +903,9 @@ static void emb_reserve_push(struct dq_store *s, struct dq_str topic,
     catch_up(s, now);
     int n = engine_reserve_push(s->eng, now, topic, count, s->jobs);
     for (int i = 0; i < n; i++) log_job(s, WAL_RESERVE, &s->jobs[i]);
-    struct pending *p = pend_change(s, cb, pd, DQ_OK);
-    pend_jobs(s, p, s->jobs, n > 0 ? (size_t)n : 0);
+    struct res *r = pend_change(s, cb, pd, DQ_OK);
+    res_jobs(&s->cur.set, r);
+    for (int i = 0; i < n; i++) res_job(&s->cur.set, r, &s->jobs[i]);
     after_change(s);
 }
 
@@ -1085,35 +1004,22 @@ static void emb_kick(struct dq_store *s, struct dq_str topic, uint64_t count,
 }
 
 struct strs_ctx {
-    struct dq_store *s;
-    struct buf list; /* struct dq_str with arena offsets */
+    struct res_set *set;
+    struct res *r;
 };
 
 static void collect_str(void *ud, struct dq_str v) {
     struct strs_ctx *c = ud;
-    struct dq_str o = arena_str(&c->s->cur.arena, v);
-    buf_append(&c->list, &o, sizeof o);
-}
-
-static void pend_strs(struct dq_store *s, struct pending *p,
-                      struct strs_ctx *c) {
-    p->kind = PEND_STRS;
-    p->cnt = c->list.len / sizeof(struct dq_str);
-    p->off = arena_put(&s->cur.arena, c->list.p, c->list.len);
-    buf_free(&c->list);
+    res_str(c->set, c->r, v);
 }
 
 static void emb_list(struct dq_store *s, struct dq_str topic, int state,
                      uint32_t count, uint64_t cursor, dq_store_cb *cb,
                      void *pd) {
-    struct pending *p = pend_push(s, cb, pd, DQ_OK);
-    struct strs_ctx c = {s, BUF_INIT};
-    size_t idx = (size_t)(p - s->cur.items);
-    uint64_t next =
+    struct strs_ctx c = {&s->cur.set, pend_push(s, cb, pd, DQ_OK)};
+    res_strs(c.set, c.r);
+    c.r->cursor =
         engine_list(s->eng, topic, state, count, cursor, collect_str, &c);
-    p = &s->cur.items[idx];
-    p->cursor = next;
-    pend_strs(s, p, &c);
 }
 
 static void emb_purge(struct dq_store *s, struct dq_str topic,
@@ -1131,17 +1037,13 @@ static void emb_stats(struct dq_store *s, struct dq_str topic,
                       dq_store_cb *cb, void *pd) {
     struct dq_stats st;
     engine_stats(s->eng, topic, &st);
-    struct pending *p = pend_push(s, cb, pd, DQ_OK);
-    p->kind = PEND_STATS;
-    p->off = arena_put(&s->cur.arena, &st, sizeof st);
+    res_stats(&s->cur.set, pend_push(s, cb, pd, DQ_OK), &st);
 }
 
 static void emb_topics(struct dq_store *s, dq_store_cb *cb, void *pd) {
-    struct pending *p = pend_push(s, cb, pd, DQ_OK);
-    size_t idx = (size_t)(p - s->cur.items);
-    struct strs_ctx c = {s, BUF_INIT};
+    struct strs_ctx c = {&s->cur.set, pend_push(s, cb, pd, DQ_OK)};
+    res_strs(c.set, c.r);
     engine_topics(s->eng, collect_str, &c);
-    pend_strs(s, &s->cur.items[idx], &c);
 }
 
 static void emb_info(struct dq_store *s, dq_info_emit *emit, void *ud) {

@@ -111,10 +111,8 @@ static void req_free(struct rreq *rq) {
     dq_free(rq->gids);
     dq_free(rq->gcnt);
     dq_free(rq->units);
-    dq_free(rq->jobs);
-    dq_free(rq->strs);
     dq_free(rq->hl);
-    buf_free(&rq->arena);
+    res_free(&rq->set);
     dq_free(rq);
 }
 
@@ -129,20 +127,8 @@ void rs_req_fail(struct rreq *rq, int status, const char *msg) {
     }
 }
 
-size_t rs_arena_put(struct rreq *rq, const char *p, size_t len) {
-    size_t off = rq->arena.len;
-    buf_append(&rq->arena, p, len);
-    return off;
-}
-
 void rs_strs_push(struct rreq *rq, const char *p, size_t len) {
-    if (rq->nstrs == rq->scap) {
-        rq->scap = rq->scap ? rq->scap * 2 : 16;
-        rq->strs = xrealloc(rq->strs, rq->scap * 2 * sizeof *rq->strs);
-    }
-    rq->strs[2 * rq->nstrs] = rs_arena_put(rq, p, len);
-    rq->strs[2 * rq->nstrs + 1] = len;
-    rq->nstrs++;
+    res_str(&rq->set, &rq->res, (struct dq_str){p, len});
 }
 
 /* Calls the request's callback with its result and frees it. */
@@ -159,65 +145,27 @@ void rs_req_complete(struct rreq *rq) {
     }
     bool reserve = rq->op == OP_RESERVE || rq->op == OP_RESERVE_PUSH;
     if (rq->op == OP_RESERVE && rq->status == DQ_UNAVAILABLE) s->failed_reserves = true;
-    struct dq_result r = {.status = rq->status, .n = rq->n};
-    if (rq->status != DQ_OK) {
-        r.errmsg = rq->errbuf[0] ? rq->errbuf : NULL;
-        /* a reserve that got jobs before failing must hand them out */
-        if (!(reserve && rq->njobs > 0)) {
-            rq->cb(rq->pd, &r);
-            req_free(rq);
-            return;
-        }
-        r.status = DQ_OK;
-        r.errmsg = NULL;
-    }
-    const char *a = rq->arena.p;
-    struct dq_job *jobs = NULL;
-    struct dq_str *strs = NULL;
+    struct res *r = &rq->res;
+    r->status = rq->status;
+    r->n = rq->n;
+    r->cursor = rq->rcursor;
     switch (rq->op) {
-    case OP_ADD:
-        r.id = rq->add.id;
-        break;
-    case OP_GET:
-    case OP_RESERVE:
-    case OP_RESERVE_PUSH:
-        if (rq->njobs) {
-            jobs = xmalloc(rq->njobs * sizeof *jobs);
-            for (size_t i = 0; i < rq->njobs; i++) {
-                struct rjob *x = &rq->jobs[i];
-                jobs[i] = x->j;
-                jobs[i].topic = (struct dq_str){a + x->topic, x->tlen};
-                jobs[i].id = (struct dq_str){a + x->id, x->ilen};
-                jobs[i].body = (struct dq_str){a + x->body, x->blen};
-                if (x->ulen) {
-                    jobs[i].url = (struct dq_str){a + x->url, x->ulen};
-                    jobs[i].content_type = (struct dq_str){a + x->ct, x->clen};
-                }
-            }
-        }
-        r.jobs = jobs;
-        r.njobs = rq->njobs;
-        break;
-    case OP_LIST:
-    case OP_TOPICS:
-        if (rq->nstrs) {
-            strs = xmalloc(rq->nstrs * sizeof *strs);
-            for (size_t i = 0; i < rq->nstrs; i++)
-                strs[i] = (struct dq_str){a + rq->strs[2 * i], rq->strs[2 * i + 1]};
-        }
-        r.strs = strs;
-        r.nstrs = rq->nstrs;
-        r.cursor = rq->rcursor;
-        break;
-    case OP_STATS:
-        r.stats = &rq->st;
-        break;
-    default:
-        break;
+    case OP_ADD: res_id(&rq->set, r, rq->add.id); break;
+    case OP_GET: case OP_RESERVE: case OP_RESERVE_PUSH: res_jobs(&rq->set, r); break;
+    case OP_LIST: case OP_TOPICS: res_strs(&rq->set, r); break;
+    case OP_STATS: res_stats(&rq->set, r, &rq->st); break;
+    default: break;
     }
-    rq->cb(rq->pd, &r);
-    dq_free(jobs);
-    dq_free(strs);
+    if (rq->status != DQ_OK) {
+        /* a reserve that got jobs before failing must hand them out */
+        if (reserve && r->cnt > 0) {
+            r->status = DQ_OK;
+        } else {
+            res_clear(r);
+            r->errmsg = rq->errbuf[0] ? rq->errbuf : NULL;
+        }
+    }
+    res_fire(&rq->set, r, rq->cb, rq->pd);
     req_free(rq);
 }
 

@@ -38,6 +38,7 @@
 #include "store/redis_client.h"
 #include "store/redis_rec.h"
 #include "store/redis_url.h"
+#include "store/result.h"
 #include "store/store.h"
 
 #define NKEYS 7                  /* keys per group */
@@ -114,12 +115,6 @@ struct unit {
     struct unit *next;
 };
 
-struct rjob { /* a result job; strings are offsets in the request's arena */
-    size_t topic, tlen, id, ilen, body, blen;
-    size_t url, ulen, ct, clen; /* push jobs; ulen 0 = none */
-    struct dq_job j;
-};
-
 struct rreq {
     struct dq_store *s;
     struct rreq *next;      /* waiting or done list */
@@ -161,11 +156,8 @@ struct rreq {
     int64_t n;
     uint64_t rcursor;
     struct dq_stats st;
-    struct buf arena;
-    struct rjob *jobs;
-    size_t njobs, jcap;
-    size_t *strs;           /* offsets in arena, pairs (off, len) */
-    size_t nstrs, scap;
+    struct res_set set;     /* the jobs or strings found (store/result.h) */
+    struct res res;         /* their result; status, n, ... are above */
     int64_t *hl;            /* carry/topics: jobs per group */
     void (*internal)(struct rreq *rq); /* completion of internal requests */
 };
@@ -287,9 +279,8 @@ void rs_req_fail(struct rreq *rq, int status, const char *msg);
 void rs_req_complete(struct rreq *rq);
 /* Completes the request from the flush event (never inside its op call). */
 void rs_req_done_later(struct rreq *rq);
-/* Copies p[0..len) into the request's arena; returns its offset. */
-size_t rs_arena_put(struct rreq *rq, const char *p, size_t len);
-/* Appends a string (LIST ids, TOPICS names) to the request's result. */
+/* Appends a copy of a string (LIST ids, TOPICS names) to the request's
+ * result. */
 void rs_strs_push(struct rreq *rq, const char *p, size_t len);
 /* ADD of a generated id that another instance took: the next id, sent
  * again by rs_unit_finished (after 16 tries: UNAVAILABLE). */

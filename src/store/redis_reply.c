@@ -12,9 +12,7 @@
 
 static int64_t int_at(const redisReply *a, size_t i);
 static const redisReply *str_at(const redisReply *a, size_t i);
-static int job_from_rec(struct rreq *rq, struct rjob *x, const char *rec,
-                        size_t len);
-static struct rjob *job_push(struct rreq *rq);
+static int job_from_rec(struct dq_job *j, const char *rec, size_t len);
 static void unit_result(struct unit *u, const redisReply *e);
 static void map_error(struct rreq *rq, const char *msg);
 static void map_noreply(struct rreq *rq, const char *err, bool sent);
@@ -40,32 +38,19 @@ static const redisReply *str_at(const redisReply *a, size_t i) {
 
 /* --- records ------------------------------------------------------------- */
 
-/* Fills x's numbers and strings (body, push URL and content type, copied to
- * the request's arena) from a record (redis_rec.c). Returns 0, or -1 if it
- * is malformed. */
-static int job_from_rec(struct rreq *rq, struct rjob *x, const char *rec,
-                        size_t len) {
+/* Fills j's numbers and strings (body, push URL and content type: pointers
+ * into rec; topic and id left empty) from a record (redis_rec.c). Returns 0,
+ * or -1 if it is malformed. */
+static int job_from_rec(struct dq_job *j, const char *rec, size_t len) {
     struct rec_view v;
-    if (rs_rec_read((const unsigned char *)rec, len, &x->j, &v) != 0) return -1;
-    x->body = rs_arena_put(rq, rec + v.body, v.blen);
-    x->blen = v.blen;
+    *j = (struct dq_job){0};
+    if (rs_rec_read((const unsigned char *)rec, len, j, &v) != 0) return -1;
+    j->body = (struct dq_str){rec + v.body, v.blen};
     if (v.ulen) {
-        x->url = rs_arena_put(rq, rec + v.url, v.ulen);
-        x->ulen = v.ulen;
-        x->ct = rs_arena_put(rq, rec + v.ct, v.clen);
-        x->clen = v.clen;
+        j->url = (struct dq_str){rec + v.url, v.ulen};
+        j->content_type = (struct dq_str){rec + v.ct, v.clen};
     }
     return 0;
-}
-
-static struct rjob *job_push(struct rreq *rq) {
-    if (rq->njobs == rq->jcap) {
-        rq->jcap = rq->jcap ? rq->jcap * 2 : 4;
-        rq->jobs = xrealloc(rq->jobs, rq->jcap * sizeof *rq->jobs);
-    }
-    struct rjob *x = &rq->jobs[rq->njobs++];
-    memset(x, 0, sizeof *x);
-    return x;
 }
 
 
@@ -109,15 +94,12 @@ static void unit_result(struct unit *u, const redisReply *e) {
             if (gi < 1 || (size_t)gi > u->ng || !id || !rec || rec->len < REC_HDR)
                 continue;
             struct rshard *sh = rq->gs[u->g0 + (size_t)gi - 1];
-            struct rjob *x = job_push(rq);
-            x->topic = rs_arena_put(rq, sh->t->name, sh->t->len);
-            x->tlen = sh->t->len;
-            x->id = rs_arena_put(rq, id->str, id->len);
-            x->ilen = id->len;
-            if (job_from_rec(rq, x, rec->str, rec->len) != 0) {
-                rq->njobs--; /* malformed: its lease brings it back */
-                continue;
-            }
+            struct dq_job j;
+            if (job_from_rec(&j, rec->str, rec->len) != 0)
+                continue; /* malformed: its lease brings it back */
+            j.topic = (struct dq_str){sh->t->name, sh->t->len};
+            j.id = (struct dq_str){id->str, id->len};
+            res_job(&rq->set, &rq->res, &j);
             if (rq->count) rq->count--;
         }
         break;
@@ -429,18 +411,15 @@ static void get_cb(void *pd, redisReply *r, const char *err, bool sent) {
     } else if (r->type == REDIS_REPLY_ERROR) {
         map_error(rq, r->str);
     } else if (r->type == REDIS_REPLY_STRING && r->len >= REC_HDR) {
-        struct rjob *x = job_push(rq);
-        x->topic = rs_arena_put(rq, rq->topic.p, rq->topic.len);
-        x->tlen = rq->topic.len;
-        x->id = rs_arena_put(rq, rq->ids[0].p, rq->ids[0].len);
-        x->ilen = rq->ids[0].len;
-        if (job_from_rec(rq, x, r->str, r->len) != 0) {
-            rq->njobs = 0;
+        struct dq_job job;
+        if (job_from_rec(&job, r->str, r->len) != 0) {
             rs_req_fail(rq, DQ_UNAVAILABLE, "a malformed job record in Redis");
             rs_req_complete(rq);
             return;
         }
-        struct dq_job *j = &x->j;
+        job.topic = rq->topic;
+        job.id = rq->ids[0];
+        struct dq_job *j = &job;
         /* what the next carry will make of it, which is the truth now */
         int64_t now = now_ms(rq->s);
         if (j->state == DQ_DELAYED && j->due <= now) {
@@ -450,6 +429,7 @@ static void get_cb(void *pd, redisReply *r, const char *err, bool sent) {
             j->state = j->attempts <= j->retries ? DQ_READY : DQ_DEAD;
         }
         if (j->state != DQ_RESERVED) j->deadline = 0;
+        res_job(&rq->set, &rq->res, j);
     } else if (r->type != REDIS_REPLY_NIL) {
         rs_req_fail(rq, DQ_UNAVAILABLE, "unexpected reply from Redis");
     }

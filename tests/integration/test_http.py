@@ -3,6 +3,7 @@ bodies both ways, and jobs crossing between the two doors. (The semantic tests o
 test_commands/test_transitions/test_blocking also run through this door: see conftest.)"""
 
 import base64
+import email.utils
 import json
 import socket
 import time
@@ -119,6 +120,9 @@ def test_reserve_ack_nack_touch_kick_purge(server):
     assert req(server, "GET", "/v1/topics")[1] == {"topics": ["w"]}
     st, stats, _ = req(server, "GET", "/v1/stats?topic=w")
     assert st == 200 and stats["jobs_reserved"] == 1 and stats["added"] == 3
+    assert list(stats) == ["jobs_delayed", "jobs_ready", "jobs_reserved", "jobs_dead",
+                           "added", "reserved", "acked", "nacked", "expired", "dead",
+                           "deleted", "kicked", "pushed", "push_failed"]
     assert stats["acked"] == 1 and stats["kicked"] == 1 and stats["dead"] == 1
     assert req(server, "GET", "/v1/stats")[1]["added"] == 3
     assert req(server, "DELETE", "/v1/topics/w")[1] == {"removed": 1}
@@ -359,24 +363,53 @@ def test_http_clients_count_toward_maxclients(make_server):
     assert h3.call("TOPICS") == []
 
 
-def test_info_for_the_dashboard(make_server):
+def test_server_at_a_glance_for_the_dashboard(make_server):
+    """GET /v1/server and /v1/overview tell what the dashboard shows; the
+    GET /v1/info that repeated them is gone."""
     srv = make_server("--dashboard", "readonly")
     c = srv.raw()
     for i in range(3):
         c.call("ADD", "a", "j%d" % i, "x")
     c.call("ADD", "b", "d", "x", "DELAY", 60000)
     c.call("RESERVE", "TIMEOUT", 0, "COUNT", 2, "FROM", "a")
-    st, info, _ = req(srv, "GET", "/v1/info")
+    st, info, _ = req(srv, "GET", "/v1/server")
     assert st == 200
-    assert info["store"] in ("embedded", "redis") and info["store_up"] is True
+    assert info["store"]["name"] in ("embedded", "redis") and info["store"]["up"] is True
     assert info["dashboard"] == "readonly"
-    assert info["connected_clients"] >= 1 and info["blocked_clients"] == 0
-    assert info["fire_lag_seconds"]["count"] == 2
-    by = {t["topic"]: t for t in info["topics"]}
-    assert set(by) == {"a", "b"}
-    assert by["a"]["jobs"] == {"delayed": 0, "ready": 1, "reserved": 2, "dead": 0}
-    assert by["a"]["added"] == 3 and by["a"]["reserved"] == 2
-    assert by["b"]["jobs"]["delayed"] == 1
-    assert info["total"]["added"] == 4
+    assert info["clients"] >= 1 and info["blocked"] == 0
+    assert info["fire_lag"]["count"] == 2
+    assert info["jobs"] == {"delayed": 1, "ready": 1, "reserved": 2, "dead": 0, "total": 4}
+    assert info["totals"]["added"] == 4 and info["totals"]["reserved"] == 2
+    assert set(info["totals"]) == {"added", "reserved", "acked", "nacked", "expired", "dead",
+                                   "deleted", "kicked", "pushed", "push_failed"}
     if srv.store_url is None:
-        assert info["log_bytes"] > 0
+        assert int(info["store"]["info"]["log_bytes"]) > 0
+    st, ov, _ = req(srv, "GET", "/v1/overview")
+    assert st == 200
+    by = {t["topic"]: t for t in ov["topics"]}
+    assert set(by) == {"a", "b"}
+    assert by["a"]["jobs"] == {"delayed": 0, "ready": 1, "reserved": 2, "dead": 0, "total": 3}
+    assert by["a"]["counters"]["added"] == 3 and by["a"]["counters"]["reserved"] == 2
+    assert by["b"]["jobs"]["delayed"] == 1
+    st, doc, _ = req(srv, "GET", "/v1/info")
+    assert st == 404 and doc["error"] == "NOTFOUND"
+
+def test_replies_carry_one_date_header(server):
+    """The Date header (formatted once a second by the server, not by evhttp
+    per reply) is there once, in RFC 7231 form, and current."""
+    s = socket.create_connection(("127.0.0.1", server.http_port))
+    try:
+        for path in (b"/v1/topics", b"/nope"):
+            s.sendall(b"GET " + path + b" HTTP/1.1\r\nHost: t\r\n\r\n")
+            data = b""
+            while b"\r\n\r\n" not in data or not data.rstrip().endswith(b"}"):
+                chunk = s.recv(4096)
+                assert chunk
+                data += chunk
+            head = data.split(b"\r\n\r\n")[0].decode().split("\r\n")
+            dates = [l.split(":", 1)[1].strip() for l in head if l.lower().startswith("date:")]
+            assert len(dates) == 1, head
+            when = email.utils.parsedate_to_datetime(dates[0])
+            assert dates[0].endswith(" GMT") and abs(when.timestamp() - time.time()) < 5
+    finally:
+        s.close()

@@ -257,6 +257,16 @@ static void test_waiting_reserve_times_out_empty(void **state) {
     assert_int_equal(s.njobs, 0);
 }
 
+/* The job is ready and was never handed out (or was given back). */
+static void assert_ready_unattempted(struct fixture *fx, const char *topic,
+                                     const char *id) {
+    struct seen g = {0};
+    core_get(fx->core, S(topic), S(id), record, &g);
+    wait_for(fx, &g);
+    assert_int_equal(g.job.state, DQ_READY);
+    assert_int_equal(g.job.attempts, 0);
+}
+
 /* A cancelled wait never calls back, and a job that turns ready after it
  * stays ready for the next client. */
 static void test_cancelled_wait_leaves_the_job_ready(void **state) {
@@ -270,11 +280,41 @@ static void test_cancelled_wait_leaves_the_job_ready(void **state) {
     add_ok(fx, "q", "j1");
     for (int i = 0; i < 10; i++) event_base_loop(fx->base, EVLOOP_NONBLOCK);
     assert_int_equal(s.calls, 0);
-    struct seen g = {0};
-    core_get(fx->core, S("q"), S("j1"), record, &g);
-    wait_for(fx, &g);
-    assert_int_equal(g.job.state, DQ_READY);
-    assert_int_equal(g.job.attempts, 0);
+    assert_ready_unattempted(fx, "q", "j1");
+}
+
+/* A RESERVE that does not wait borrows the caller's topics for its one
+ * attempt only (the caller's buffer is scribbled on at once here), and it
+ * can still be cancelled while that attempt is in flight: the job it got
+ * goes back to ready. Waiters are reused: many in a row, under ASan. */
+static void test_no_wait_reserve_borrows_topics_and_can_be_cancelled(void **state) {
+    struct fixture *fx = *state;
+    add_ok(fx, "q", "j1");
+    char name[8];
+    struct dq_str topics[1];
+    for (int i = 0; i < 100; i++) {
+        strcpy(name, "q");
+        topics[0] = (struct dq_str){name, 1};
+        struct seen s = {0};
+        struct core_wait *w = core_reserve(fx->core, topics, 1, CORE_UNSET, 0, record, &s);
+        assert_non_null(w); /* the embedded store answers after its commit */
+        memset(name, 'x', sizeof name);
+        assert_int_equal(core_blocked(fx->core), 0);
+        core_reserve_cancel(w);
+        for (int k = 0; k < 3; k++) event_base_loop(fx->base, EVLOOP_NONBLOCK);
+        assert_int_equal(s.calls, 0);
+    }
+    assert_ready_unattempted(fx, "q", "j1");
+    /* and not cancelled: the job, with fire lag recorded */
+    strcpy(name, "q");
+    struct seen s = {0};
+    if (core_reserve(fx->core, topics, 1, CORE_UNSET, 0, record, &s)) {
+        memset(name, 'x', sizeof name);
+        wait_for(fx, &s);
+    }
+    assert_int_equal(s.njobs, 1);
+    assert_int_equal(s.job.attempts, 1);
+    assert_int_equal(metrics_fire_lag_all(core_metrics(fx->core))->count, 1);
 }
 
 static void test_stop_answers_waiters_and_does_not_block_new_ones(void **state) {
@@ -371,6 +411,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_waiting_reserve_is_woken_by_an_add_and_lag_recorded, setup, teardown),
         cmocka_unit_test_setup_teardown(test_waiting_reserve_times_out_empty, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cancelled_wait_leaves_the_job_ready, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_no_wait_reserve_borrows_topics_and_can_be_cancelled, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stop_answers_waiters_and_does_not_block_new_ones, setup, teardown),
         cmocka_unit_test_setup_teardown(test_metrics_table, setup, teardown),
         cmocka_unit_test(test_store_hist_lines),

@@ -1,5 +1,6 @@
 /* test_http_json.c -- the HTTP front end's JSON request decoding and
- * base64: known answers, every field kind, and errors that name the field. */
+ * base64: known answers, every field kind, and errors that name the field;
+ * the stats document in each of its shapes. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -7,6 +8,8 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <jansson.h>
+#include <stdlib.h>
 
 #include "front/http/http_json.h"
 #include "lib/base64.h"
@@ -131,12 +134,41 @@ static void test_errors_name_the_field(void **state) {
     }
 }
 
+/* Every field, in order, each value distinct so a wrong offset shows. */
+static void test_stats_shapes(void **state) {
+    struct dq_stats st = {
+        .jobs = {1, 2, 3, 4}, .added = 10, .reserved = 11, .acked = 12,
+        .nacked = 13, .expired = 14, .dead = 15, .deleted = 16, .kicked = 17,
+        .oldest_ready = 99, .pushed = 18, .push_failed = 19,
+    };
+    static const char *const want[] = {
+        "{\"jobs_delayed\":1,\"jobs_ready\":2,\"jobs_reserved\":3,"
+        "\"jobs_dead\":4,\"added\":10,\"reserved\":11,\"acked\":12,"
+        "\"nacked\":13,\"expired\":14,\"dead\":15,\"deleted\":16,"
+        "\"kicked\":17,\"pushed\":18,\"push_failed\":19}",
+        "{\"delayed\":1,\"ready\":2,\"reserved\":3,\"dead\":4,\"total\":10}",
+        "{\"added\":10,\"reserved\":11,\"acked\":12,\"nacked\":13,"
+        "\"expired\":14,\"dead\":15,\"deleted\":16,\"kicked\":17,"
+        "\"pushed\":18,\"push_failed\":19}",
+    };
+    int shapes[] = {HJ_STATS_FLAT, HJ_STATS_JOBS, HJ_STATS_COUNTERS};
+    for (int i = 0; i < 3; i++) {
+        json_t *o = hj_stats(&st, shapes[i]);
+        assert_non_null(o);
+        char *text = json_dumps(o, JSON_COMPACT);
+        assert_string_equal(text, want[i]);
+        free(text);
+        json_decref(o);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_base64_known_answers),
         cmocka_unit_test(test_add_every_field),
         cmocka_unit_test(test_other_kinds),
         cmocka_unit_test(test_errors_name_the_field),
+        cmocka_unit_test(test_stats_shapes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -14,6 +14,7 @@
 
 #include "core/core.h"
 #include "core/metrics.h"
+#include "front/http/http_json.h"
 #include "lib/hist.h"
 #include "lib/xalloc.h"
 
@@ -67,29 +68,6 @@ static uint64_t rss_bytes(void) {
     return n == 2 && page > 0 ? (uint64_t)resident * (uint64_t)page : 0;
 }
 
-static json_t *jobs_json(const struct dq_stats *st) {
-    json_t *o = json_object();
-    uint64_t total = 0;
-    for (int i = 0; i < DQ_NSTATES; i++) {
-        json_object_set_new(o, dq_state_name(i), json_integer((json_int_t)st->jobs[i]));
-        total += st->jobs[i];
-    }
-    json_object_set_new(o, "total", json_integer((json_int_t)total));
-    return o;
-}
-
-static json_t *counters_json(const struct dq_stats *st) {
-    return json_pack("{sI sI sI sI sI sI sI sI}",
-                     "added", (json_int_t)st->added,
-                     "reserved", (json_int_t)st->reserved,
-                     "acked", (json_int_t)st->acked,
-                     "nacked", (json_int_t)st->nacked,
-                     "expired", (json_int_t)st->expired,
-                     "dead", (json_int_t)st->dead,
-                     "deleted", (json_int_t)st->deleted,
-                     "kicked", (json_int_t)st->kicked);
-}
-
 /* A histogram as {bounds, buckets (cumulative, +Inf last), count, sum}. */
 static json_t *hist_json(const struct hist *h) {
     json_t *bounds = json_array(), *buckets = json_array();
@@ -126,8 +104,8 @@ void *dashboard_server_json(struct core *c, const struct dq_stats *total,
         "blocked", (json_int_t)core_blocked(c),
         "rss_bytes", (json_int_t)rss,
         "memory_per_job", per_job,
-        "jobs", jobs_json(total),
-        "totals", counters_json(total),
+        "jobs", hj_stats(total, HJ_STATS_JOBS),
+        "totals", hj_stats(total, HJ_STATS_COUNTERS),
         "fire_lag", hist_json(metrics_fire_lag_all(core_metrics(c))));
 }
 
@@ -259,8 +237,9 @@ static bool contains(struct dq_str s, const char *sub, size_t sublen) {
 static json_t *topic_json(const struct core_topic_stats *t) {
     const struct dq_stats *st = &t->stats;
     return json_pack("{ss# so sI so so}", "topic", t->topic.p, (int)t->topic.len,
-                     "jobs", jobs_json(st), "total", (json_int_t)topic_total(st),
-                     "counters", counters_json(st), "oldest_ready",
+                     "jobs", hj_stats(st, HJ_STATS_JOBS),
+                     "total", (json_int_t)topic_total(st),
+                     "counters", hj_stats(st, HJ_STATS_COUNTERS), "oldest_ready",
                      st->oldest_ready ? json_integer(st->oldest_ready) : json_null());
 }
 

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
+#include <event2/bufferevent_struct.h>
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/listener.h>
@@ -11,6 +12,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -177,11 +179,29 @@ struct evbuffer *hreq_body(struct hreq *r) {
     return r->req ? evhttp_request_get_output_buffer(r->req) : NULL;
 }
 
+/* evhttp hands a reply to the connection's bufferevent, which writes it
+ * when the next poll says the socket is writable: turning writing on, then
+ * off and reading back on, one loop turn later. Running its write event
+ * now writes the reply in this turn instead, so those changes cancel out
+ * before the poll (libevent's changelist) and no epoll_ctl is made. If the
+ * socket is not writable, the bufferevent waits for it as before.
+ * ev_write comes from event2/bufferevent_struct.h, which libevent documents
+ * as a layout later versions may change: checked against 2.1 (Debian 12). */
+static void write_now(struct evhttp_connection *evcon) {
+    struct bufferevent *bev = evcon ? evhttp_connection_get_bufferevent(evcon)
+                                    : NULL;
+    if (bev && evbuffer_get_length(bufferevent_get_output(bev)) > 0 &&
+        (bufferevent_get_enabled(bev) & EV_WRITE))
+        event_active(&bev->ev_write, EV_WRITE, 1);
+}
+
 void hreq_send(struct hreq *r, int status, const char *content_type) {
     if (r->req) {
-        evhttp_add_header(evhttp_request_get_output_headers(r->req),
-                          "Content-Type", content_type);
+        struct evhttp_connection *evcon = evhttp_request_get_connection(r->req);
+        struct evkeyvalq *h = evhttp_request_get_output_headers(r->req);
+        evhttp_add_header(h, "Content-Type", content_type);
         evhttp_send_reply(r->req, status, reason(status), NULL);
+        write_now(evcon);
     }
     hreq_free(r);
 }

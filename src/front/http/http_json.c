@@ -1,9 +1,11 @@
-/* http_json.c -- decoding JSON request bodies; see http_json.h. */
+/* http_json.c -- decoding JSON request bodies, rendering stats; see
+ * http_json.h. */
 #include "front/http/http_json.h"
 
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -263,4 +265,42 @@ void hj_free(struct hj_req *r) {
     dq_free(r->body_buf);
     dq_free(r->topics);
     memset(r, 0, sizeof *r);
+}
+
+/* --- stats ----------------------------------------------------------------- */
+
+/* The counters of STATS, in the order every document lists them. */
+static const struct {
+    const char *name;
+    size_t off;
+} counters[] = {
+#define C(f) {#f, offsetof(struct dq_stats, f)}
+    C(added), C(reserved), C(acked), C(nacked), C(expired), C(dead),
+    C(deleted), C(kicked), C(pushed), C(push_failed),
+#undef C
+};
+
+void *hj_stats(const struct dq_stats *s, int shape) {
+    json_t *o = json_object();
+    if (!o) return NULL;
+    if (shape != HJ_STATS_COUNTERS) {
+        uint64_t total = 0;
+        for (int i = 0; i < DQ_NSTATES; i++) {
+            char name[32];
+            snprintf(name, sizeof name, "%s%s",
+                     shape == HJ_STATS_FLAT ? "jobs_" : "", dq_state_name(i));
+            json_object_set_new(o, name, json_integer((json_int_t)s->jobs[i]));
+            total += s->jobs[i];
+        }
+        if (shape == HJ_STATS_JOBS) {
+            json_object_set_new(o, "total", json_integer((json_int_t)total));
+            return o;
+        }
+    }
+    for (size_t i = 0; i < sizeof counters / sizeof counters[0]; i++) {
+        uint64_t v;
+        memcpy(&v, (const char *)s + counters[i].off, sizeof v);
+        json_object_set_new(o, counters[i].name, json_integer((json_int_t)v));
+    }
+    return o;
 }

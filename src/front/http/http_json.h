@@ -1,4 +1,5 @@
-/* http_json.h -- decoding the JSON bodies of HTTP requests (DESIGN §8).
+/* http_json.h -- decoding the JSON bodies of HTTP requests (DESIGN §8), and
+ * the one document several replies share: STATS counters.
  *
  * A pure function of the bytes: no socket, no core call, no clock, so it is
  * unit-tested and fuzzed alone (tests/fuzz/fuzz_http_json.c). Each request
@@ -50,5 +51,17 @@ int hj_decode(int kind, const char *data, size_t len, struct hj_req *out,
               char *err, size_t errlen);
 /* Frees what hj_decode allocated. Accepts a zeroed request. */
 void hj_free(struct hj_req *r);
+
+/* What of a struct dq_stats hj_stats renders. */
+enum hj_stats_shape {
+    HJ_STATS_FLAT,     /* GET /v1/stats, as RESP's STATS: jobs_<state> for
+                          every state, then every counter */
+    HJ_STATS_JOBS,     /* jobs per state: {<state>..., total} */
+    HJ_STATS_COUNTERS, /* every counter: {added, reserved, ..., push_failed} */
+};
+
+/* The stats as a new JSON object (a json_t *, owned by the caller; void *
+ * so that this header needs no jansson); NULL when out of memory. */
+void *hj_stats(const struct dq_stats *s, int shape);
 
 #endif

@@ -218,23 +218,7 @@ static void done_topics(void *pd, const struct dq_result *res) {
 static void done_stats(void *pd, const struct dq_result *res) {
     struct hreq *r = pd;
     if (failed(r, res)) return;
-    const struct dq_stats *s = res->stats;
-    hreq_json(r, 200,
-              json_pack("{sIsIsIsI sIsIsIsI sIsIsIsI sIsI}",
-                        "jobs_delayed", (json_int_t)s->jobs[DQ_DELAYED],
-                        "jobs_ready", (json_int_t)s->jobs[DQ_READY],
-                        "jobs_reserved", (json_int_t)s->jobs[DQ_RESERVED],
-                        "jobs_dead", (json_int_t)s->jobs[DQ_DEAD],
-                        "added", (json_int_t)s->added,
-                        "reserved", (json_int_t)s->reserved,
-                        "acked", (json_int_t)s->acked,
-                        "nacked", (json_int_t)s->nacked,
-                        "expired", (json_int_t)s->expired,
-                        "dead", (json_int_t)s->dead,
-                        "deleted", (json_int_t)s->deleted,
-                        "kicked", (json_int_t)s->kicked,
-                        "pushed", (json_int_t)s->pushed,
-                        "push_failed", (json_int_t)s->push_failed));
+    hreq_json(r, 200, hj_stats(res->stats, HJ_STATS_FLAT));
 }
 
 static void done_health(void *pd, const struct dq_result *res) {
@@ -254,58 +238,6 @@ static void done_metrics(void *pd, const struct core_snapshot *s) {
     prom_render(&out, core_metrics(core_of(r)), s);
     hreq_raw(r, 200, "text/plain; version=0.0.4; charset=utf-8", out.p, out.len);
     buf_free(&out);
-}
-
-static json_t *stats_object(const struct dq_stats *s) {
-    return json_pack("{s{sIsIsIsI} sIsIsIsI sIsIsIsI}", "jobs",
-                     "delayed", (json_int_t)s->jobs[DQ_DELAYED],
-                     "ready", (json_int_t)s->jobs[DQ_READY],
-                     "reserved", (json_int_t)s->jobs[DQ_RESERVED],
-                     "dead", (json_int_t)s->jobs[DQ_DEAD],
-                     "added", (json_int_t)s->added,
-                     "reserved", (json_int_t)s->reserved,
-                     "acked", (json_int_t)s->acked,
-                     "nacked", (json_int_t)s->nacked,
-                     "expired", (json_int_t)s->expired,
-                     "dead", (json_int_t)s->dead,
-                     "deleted", (json_int_t)s->deleted,
-                     "kicked", (json_int_t)s->kicked);
-}
-
-/* GET /v1/info: the server at a glance, for the dashboard (DESIGN §11). */
-static void done_info(void *pd, const struct core_snapshot *s) {
-    struct hreq *r = pd;
-    if (!r->req || !r->f) {
-        hreq_drop(r);
-        return;
-    }
-    struct core *c = core_of(r);
-    const struct metrics *m = core_metrics(c);
-    const struct hist *lag = metrics_fire_lag_all(m);
-    json_t *topics = json_array();
-    for (size_t i = 0; i < s->ntopics; i++) {
-        json_t *t = stats_object(&s->topics[i].stats);
-        json_object_set_new(t, "topic", jstr(s->topics[i].topic));
-        json_array_append_new(topics, t);
-    }
-    static const char *const dash[] = {"off", "readonly", "on"};
-    int d = r->f->cfg.dashboard;
-    json_t *o = json_pack(
-        "{ss sb sI sI ss s{sIsfsfsf} so so}",
-        "store", core_store_name(c),
-        "store_up", s->status == DQ_OK,
-        "connected_clients", (json_int_t)metrics_clients_now(m),
-        "blocked_clients", (json_int_t)core_blocked(c),
-        "dashboard", d >= 0 && d <= 2 ? dash[d] : "off",
-        "fire_lag_seconds", "count", (json_int_t)lag->count,
-        "p50", hist_quantile(lag, 0.5), "p99", hist_quantile(lag, 0.99),
-        "sum", lag->sum,
-        "total", stats_object(&s->total), "topics", topics);
-    if (s->log_bytes >= 0)
-        json_object_set_new(o, "log_bytes", json_integer(s->log_bytes));
-    if (s->status != DQ_OK)
-        json_object_set_new(o, "store_error", json_string(dq_status_code(s->status)));
-    hreq_json(r, 200, o);
 }
 
 /* --- query strings ------------------------------------------------------------ */
@@ -442,10 +374,6 @@ static void h_health(struct hreq *r, struct route_args *a) {
     core_topics(core_of(r), done_health, r);
 }
 
-static void h_info(struct hreq *r, struct route_args *a) {
-    core_snapshot(core_of(r), done_info, r);
-}
-
 static void h_metrics(struct hreq *r, struct route_args *a) {
     core_snapshot(core_of(r), done_metrics, r);
 }
@@ -498,8 +426,6 @@ static const struct route routes[] = {
      "topics holding at least one job"},
     {EVHTTP_REQ_GET, "/v1/stats", 0, HJ_NONE, h_stats,
      "jobs per state and counters: ?topic=T"},
-    {EVHTTP_REQ_GET, "/v1/info", 0, HJ_NONE, h_info,
-     "the server at a glance: store, clients, fire lag, every topic's counts"},
     {EVHTTP_REQ_GET, "/healthz", ROUTE_NOAUTH, HJ_NONE, h_health,
      "200 when the store answers, else 503"},
     {EVHTTP_REQ_GET, "/metrics", 0, HJ_NONE, h_metrics,

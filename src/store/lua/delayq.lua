@@ -611,6 +611,25 @@ OPS.del = function(gs, a, rt)
   end
 end
 
+-- pops up to need ids from the groups' lists in turn (list: 'ready' or
+-- 'pready'; lenf: the field caching its length) and hands them out leased
+local function reserve_from(gs, need, rt, list, lenf)
+  for gi, g in ipairs(gs) do
+    if need <= 0 then break end
+    open(g, true)
+    if call('LLEN', g[list]) < need then bring(g) end
+    local ids = call('LPOP', g[list], need)
+    g[lenf] = nil
+    if ids then
+      cnt(g, 'xready', #ids)
+      local oid, orec = {}, {}
+      local k = take(g, ids, oid, orec)
+      hand(rt, gi, oid, orec, 1, k)
+      need = need - k
+    end
+  end
+end
+
 -- reserve: count; groups in order -> code, then gidx id record per job (the
 -- record as written: state reserved, attempts and deadline updated)
 OPS.reserve = function(gs, a, rt)
@@ -622,41 +641,14 @@ OPS.reserve = function(gs, a, rt)
     qreserve(g, need, rt)
     return
   end
-  for gi, g in ipairs(gs) do
-    if need <= 0 then break end
-    open(g, true)
-    if call('LLEN', g.ready) < need then bring(g) end
-    local ids = call('LPOP', g.ready, need)
-    g.rlen = nil
-    if ids then
-      cnt(g, 'xready', #ids)
-      local oid, orec = {}, {}
-      local k = take(g, ids, oid, orec)
-      hand(rt, gi, oid, orec, 1, k)
-      need = need - k
-    end
-  end
+  reserve_from(gs, need, rt, 'ready', 'rlen')
 end
 
 -- preserve (reserve_push): count; groups in order -> as reserve, from the
 -- push ready lists (the records carry the URL and content type)
 OPS.preserve = function(gs, a, rt)
-  local need = tonumber(ARGV[a])
   rt[1] = OK
-  for gi, g in ipairs(gs) do
-    if need <= 0 then break end
-    open(g, true)
-    if call('LLEN', g.pready) < need then bring(g) end
-    local ids = call('LPOP', g.pready, need)
-    g.plen = nil
-    if ids then
-      cnt(g, 'xready', #ids)
-      local oid, orec = {}, {}
-      local k = take(g, ids, oid, orec)
-      hand(rt, gi, oid, orec, 1, k)
-      need = need - k
-    end
-  end
+  reserve_from(gs, tonumber(ARGV[a]), rt, 'pready', 'plen')
 end
 
 -- nack: id delay (< 0 = the job's backoff; -2 dead at once) -> code, new state
