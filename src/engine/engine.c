@@ -40,6 +40,9 @@
 #define PREFETCH_MAX 64   /* keys one engine_prefetch call looks at */
 #define PREFETCH_DEPTH 2  /* chain nodes it loads after the bucket */
 #define PURGE_NOW 4096    /* a PURGE of more jobs frees them later */
+#define FARQ_MAX (1u << 20)  /* far jobs engine_far_queue sorts at a time */
+#define FARQ_AHEAD 32        /* ... whose chains it loads ahead of use */
+#define STUBS_AHEAD_MIN (64u << 20) /* far entries worth faulting in ahead */
 
 struct topic;
 
@@ -78,6 +81,25 @@ struct stub {
 
 #define REF_MAX ((UINT64_C(1) << 48) - 1)
 
+/* engine_far_queue: a far job waiting to be restored. */
+struct far_pend {
+    uint64_t h;      /* its id's hash */
+    struct topic *t;
+    uint64_t ref;
+    uint32_t id_off; /* its id, in far_queue.ids */
+    uint16_t id_len;
+    uint16_t key;    /* the top 16 bits of its far-table bucket's index */
+};
+
+_Static_assert(sizeof(struct far_pend) == 32, "far_pend grew");
+
+struct far_queue {
+    struct far_pend *p, *tmp; /* tmp: the radix sort's other half */
+    uint32_t n, cap;
+    char *ids;
+    size_t ids_len, ids_cap;
+};
+
 struct topic {
     struct hnode hnode; /* the engine's topic table */
     uint64_t hash;
@@ -114,6 +136,8 @@ struct engine {
     struct topic *graves;   /* purged topics whose jobs are freed bit by bit */
     uint64_t nidle;
     struct wheel wheel;
+    struct far_queue farq; /* engine_far_queue */
+    uint64_t expect_stubs; /* engine_expect_far: bytes of far entries */
 };
 
 /* --- small helpers ---------------------------------------------------------- */
@@ -481,6 +505,13 @@ static void job_remove(struct engine *e, struct job *j, uint64_t h) {
 
 /* --- API -------------------------------------------------------------------- */
 
+static void far_queue_free(struct far_queue *q) {
+    dq_free(q->p);
+    dq_free(q->tmp);
+    dq_free(q->ids);
+    memset(q, 0, sizeof *q);
+}
+
 struct engine *engine_new(const struct engine_config *cfg, int64_t now) {
     struct engine *e = dq_calloc(1, sizeof *e);
     if (!e) return NULL;
@@ -523,6 +554,7 @@ void engine_free(struct engine *e) {
         e->graves = g->grave_next;
         free_topic_cb(e, &g->hnode);
     }
+    far_queue_free(&e->farq);
     slab_destroy(&e->stubs);
     slab_destroy(&e->jobs);
     dq_free(e);
@@ -597,33 +629,21 @@ int engine_add_far(struct engine *e, int64_t now, const struct dq_add *a,
     return add(e, now, a, true, ref, NULL);
 }
 
-int engine_restore_far(struct engine *e, struct dq_str topic,
-                       struct dq_str id, uint64_t ref) {
-    assert(ref <= REF_MAX);
-    struct topic *t = topic_get(e, topic);
-    uint64_t h = htab_hash_bytes(id.p, id.len);
-    bool created = false;
-    if (t) {
-        struct job *old = htab_count(&t->jobs) ? job_find(t, id, h) : NULL;
-        if (old) job_remove(e, old, h); /* a reserved one too: the record wins */
-        struct stub *f = htab_count(&t->far) ? stub_find(t, id, h) : NULL;
-        if (f) { /* moved, or replaced by another far job */
-            if (e->hooks.on_far_drop)
-                e->hooks.on_far_drop(e->hooks.ud, stub_ref(f));
-            stub_set_ref(f, ref);
-            if (e->hooks.on_far_restore)
-                e->hooks.on_far_restore(e->hooks.ud, ref);
-            return 0;
-        }
-    } else {
-        if (!(t = topic_create(e, topic))) return ENGINE_ENOMEM;
-        created = true;
+/* engine_restore_far in topic t (which exists), for an id of hash h. */
+static int restore_far(struct engine *e, struct topic *t, struct dq_str id,
+                       uint64_t h, uint64_t ref) {
+    struct job *old = htab_count(&t->jobs) ? job_find(t, id, h) : NULL;
+    if (old) job_remove(e, old, h); /* a reserved one too: the record wins */
+    struct stub *f = htab_count(&t->far) ? stub_find(t, id, h) : NULL;
+    if (f) { /* moved, or replaced by another far job */
+        if (e->hooks.on_far_drop)
+            e->hooks.on_far_drop(e->hooks.ud, stub_ref(f));
+        stub_set_ref(f, ref);
+        if (e->hooks.on_far_restore) e->hooks.on_far_restore(e->hooks.ud, ref);
+        return 0;
     }
-    struct stub *f = slab_alloc(&e->stubs, offsetof(struct stub, id) + id.len);
-    if (!f) {
-        if (created) topic_free(e, t);
-        return ENGINE_ENOMEM;
-    }
+    f = slab_alloc(&e->stubs, offsetof(struct stub, id) + id.len);
+    if (!f) return ENGINE_ENOMEM;
     f->id_len1 = (uint8_t)(id.len - 1);
     memcpy(f->id, id.p, id.len);
     stub_set_ref(f, ref);
@@ -635,6 +655,114 @@ int engine_restore_far(struct engine *e, struct dq_str topic,
     e->st.jobs[DQ_DELAYED]++;
     if (e->hooks.on_far_restore) e->hooks.on_far_restore(e->hooks.ud, ref);
     return 0;
+}
+
+int engine_restore_far(struct engine *e, struct dq_str topic,
+                       struct dq_str id, uint64_t ref) {
+    assert(ref <= REF_MAX);
+    struct topic *t = topic_get(e, topic);
+    bool created = false;
+    if (!t) {
+        if (!(t = topic_create(e, topic))) return ENGINE_ENOMEM;
+        created = true;
+    }
+    int rc = restore_far(e, t, id, htab_hash_bytes(id.p, id.len), ref);
+    if (rc < 0 && created) topic_free(e, t);
+    return rc;
+}
+
+/* Sorts the queue by bucket (two stable passes of a radix sort, so that
+ * records of one id keep their order) and restores it in that order: the
+ * far tables' buckets are then visited in memory order and the new stubs
+ * lie in that order too, instead of one random cache and TLB miss after
+ * another (100 million far jobs: a table of half a gigabyte). */
+static int far_queue_run(struct engine *e) {
+    struct far_queue *q = &e->farq;
+    for (int pass = 0; pass < 2; pass++) {
+        uint32_t at[256] = {0};
+        struct far_pend *src = pass ? q->tmp : q->p;
+        struct far_pend *dst = pass ? q->p : q->tmp;
+        int shift = 8 * pass;
+        for (uint32_t i = 0; i < q->n; i++) at[src[i].key >> shift & 0xff]++;
+        uint32_t sum = 0;
+        for (int k = 0; k < 256; k++) {
+            uint32_t c = at[k];
+            at[k] = sum;
+            sum += c;
+        }
+        for (uint32_t i = 0; i < q->n; i++)
+            dst[at[src[i].key >> shift & 0xff]++] = src[i];
+    }
+    int rc = 0;
+    for (uint32_t i = 0; i < q->n && rc == 0; i++) {
+        for (int d = 0; d < 3; d++) {
+            uint32_t k = i + (uint32_t)(FARQ_AHEAD >> d);
+            if (k < q->n) htab_prefetch(&q->p[k].t->far, q->p[k].h, d);
+        }
+        if (i + FARQ_AHEAD / 2 < q->n)
+            __builtin_prefetch(q->ids + q->p[i + FARQ_AHEAD / 2].id_off);
+        const struct far_pend *a = &q->p[i];
+        rc = restore_far(e, a->t, (struct dq_str){q->ids + a->id_off, a->id_len},
+                         a->h, a->ref);
+    }
+    q->n = 0;
+    q->ids_len = 0;
+    return rc;
+}
+
+/* Room for one more job of id length len; false if memory ran out. */
+static bool far_queue_room(struct far_queue *q, size_t len) {
+    if (q->n == q->cap) {
+        uint32_t cap = q->cap ? 2 * q->cap : 1024;
+        struct far_pend *p = dq_realloc(q->p, cap * sizeof *p);
+        if (!p) return false;
+        q->p = p;
+        struct far_pend *tmp = dq_realloc(q->tmp, cap * sizeof *tmp);
+        if (!tmp) return false;
+        q->tmp = tmp;
+        q->cap = cap;
+    }
+    if (q->ids_len + len > q->ids_cap) {
+        size_t cap = q->ids_cap ? 2 * q->ids_cap : 16384;
+        while (cap < q->ids_len + len) cap *= 2;
+        char *ids = dq_realloc(q->ids, cap);
+        if (!ids) return false;
+        q->ids = ids;
+        q->ids_cap = cap;
+    }
+    return true;
+}
+
+int engine_far_queue(struct engine *e, struct dq_str topic, struct dq_str id,
+                     uint64_t ref) {
+    assert(ref <= REF_MAX);
+    struct far_queue *q = &e->farq;
+    if (q->n == FARQ_MAX) {
+        int rc = far_queue_run(e);
+        if (rc < 0) return rc;
+    }
+    struct topic *t = topic_get(e, topic);
+    if (!t || !far_queue_room(q, id.len)) {
+        int rc = engine_far_flush(e);
+        return rc < 0 ? rc : engine_restore_far(e, topic, id, ref);
+    }
+    topic_use(e, t); /* off the idle list: nothing frees it meanwhile */
+    uint64_t h = htab_hash_bytes(id.p, id.len), mask = htab_mask(&t->far);
+    int bits = mask ? 64 - __builtin_clzll(mask) : 0;
+    struct far_pend *a = &q->p[q->n++];
+    a->h = h;
+    a->t = t;
+    a->ref = ref;
+    a->id_off = (uint32_t)q->ids_len;
+    a->id_len = (uint16_t)id.len;
+    a->key = (uint16_t)((h & mask) >> (bits > 16 ? bits - 16 : 0));
+    memcpy(q->ids + q->ids_len, id.p, id.len);
+    q->ids_len += id.len;
+    return 0;
+}
+
+int engine_far_flush(struct engine *e) {
+    return e->farq.n ? far_queue_run(e) : 0;
 }
 
 int engine_far_ref(const struct engine *e, struct dq_str topic,
@@ -728,13 +856,6 @@ void engine_prefetch(const struct engine *e, const struct dq_str *keys,
             if (tab[i]) htab_prefetch(tab[i], h[i], depth);
             if (far[i]) htab_prefetch(far[i], h[i], depth);
         }
-}
-
-void engine_prefetch_far(const struct engine *e, struct dq_str topic,
-                         struct dq_str id, int depth) {
-    const struct topic *t = topic_lookup(e, topic);
-    if (t && htab_count(&t->far))
-        htab_prefetch(&t->far, htab_hash_bytes(id.p, id.len), depth);
 }
 
 int engine_get(const struct engine *e, struct dq_str topic, struct dq_str id,
@@ -1168,17 +1289,29 @@ static void expect_cb(void *ud, struct hnode *n) {
     t->expect = t->expect_far = 0;
 }
 
-void engine_expect_far(struct engine *e, struct dq_str topic) {
+void engine_expect_far(struct engine *e, struct dq_str topic,
+                       struct dq_str id) {
     struct topic *t = topic_get(e, topic);
     if (!t) {
         if (!(t = topic_create(e, topic))) return; /* only a hint */
         topic_free_if_empty(e, t);
     }
     t->expect_far++;
+    e->expect_stubs += (offsetof(struct stub, id) + id.len + 7) & ~(size_t)7;
 }
 
 void engine_expect_done(struct engine *e) {
     htab_foreach(&e->topics, expect_cb, NULL);
+    if (e->expect_stubs >= STUBS_AHEAD_MIN)
+        slab_reserve(&e->stubs, e->expect_stubs);
+    e->expect_stubs = 0;
+}
+
+int engine_expect_end(struct engine *e) {
+    int rc = engine_far_flush(e);
+    far_queue_free(&e->farq);
+    slab_reserve_end(&e->stubs);
+    return rc;
 }
 
 int64_t engine_next_expiry(const struct engine *e) {

@@ -91,6 +91,16 @@ int engine_add_far(struct engine *e, int64_t now, const struct dq_add *a,
 int engine_restore_far(struct engine *e, struct dq_str topic,
                        struct dq_str id, uint64_t ref);
 
+/* Recovery of many far jobs: engine_restore_far, later. Queues topic/id/ref
+ * (copying the id) and restores the queue, sorted by id-table bucket, when
+ * it is full or at engine_far_flush (or engine_expect_end); jobs of one id
+ * keep their order. Until the flush, make no other engine call (none sees
+ * the queued jobs). Both return 0 or ENGINE_ENOMEM (queued jobs may then be
+ * lost: the recovery has failed). */
+int engine_far_queue(struct engine *e, struct dq_str topic, struct dq_str id,
+                     uint64_t ref);
+int engine_far_flush(struct engine *e);
+
 /* 1 and *ref if topic/id is a far job, else 0. */
 int engine_far_ref(const struct engine *e, struct dq_str topic,
                    struct dq_str id, uint64_t *ref);
@@ -129,11 +139,6 @@ int engine_del(struct engine *e, struct dq_str topic, struct dq_str id);
  * instead of coming one after the other. */
 void engine_prefetch(const struct engine *e, const struct dq_str *keys,
                      size_t n);
-
-/* The same for one far job, one level of its far-table chain (depth as
- * htab_prefetch), for a caller that pipelines several by hand. */
-void engine_prefetch_far(const struct engine *e, struct dq_str topic,
-                         struct dq_str id, int depth);
 
 int engine_get(const struct engine *e, struct dq_str topic, struct dq_str id,
                struct dq_job *out);
@@ -244,12 +249,18 @@ bool engine_advance(struct engine *e, int64_t now, uint32_t budget);
 int engine_restore(struct engine *e, int64_t now, const struct dq_job *j);
 
 /* Bulk loads (recovery): engine_expect announces one job about to be
- * restored into topic (engine_expect_far: one far job); engine_expect_done sizes every announced topic's id
- * table for its jobs at once, so restoring them never rehashes. Hints only:
- * no job changes, and a failure to allocate is ignored. */
+ * restored into topic (engine_expect_far: one far job, of that id);
+ * engine_expect_done sizes every announced topic's id table for its jobs at
+ * once, so restoring them never rehashes, and when many far jobs were
+ * announced, has a helper thread fault in the memory of their entries ahead
+ * of use. engine_expect_end ends the load: restores what engine_far_queue
+ * holds, frees the queue and stops the helper (returns 0 or ENGINE_ENOMEM,
+ * as engine_far_flush). Hints only: no job changes, and a failure to
+ * allocate is ignored. */
 void engine_expect(struct engine *e, struct dq_str topic);
-void engine_expect_far(struct engine *e, struct dq_str topic);
+void engine_expect_far(struct engine *e, struct dq_str topic, struct dq_str id);
 void engine_expect_done(struct engine *e);
+int engine_expect_end(struct engine *e);
 
 /* Calls fn for every job (any order). fn must not change the engine. */
 void engine_foreach(const struct engine *e,

@@ -69,6 +69,13 @@ void htab_remove(struct htab *t, struct hnode *n, uint64_t h);
 
 static inline uint64_t htab_count(const struct htab *t) { return t->count; }
 
+/* The bucket count - 1 of the table's newest bucket array: h & htab_mask(t)
+ * orders hashes by where their chains lie, so that a caller with many nodes
+ * to insert can sort them by it and fill the buckets in memory order. */
+static inline uint64_t htab_mask(const struct htab *t) {
+    return t->b[1] ? t->mask[1] : t->mask[0];
+}
+
 /* Visits the nodes of about `count` buckets starting at `cursor` (0 to
  * start) and returns the next cursor, 0 when the scan is complete. fn must
  * not change the table. */

@@ -7,6 +7,9 @@
  * a page is found from an object by masking the address (pages are aligned
  * to their size).
  */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <string.h>
 #include <sys/mman.h>
 
@@ -33,21 +36,41 @@ struct slab_page {
     uint32_t on_list;
 };
 
-#define HDR ((sizeof(struct slab_page) + 7) & ~(size_t)7)
+/* 64: a 32-byte object never straddles two cache lines */
+#define HDR ((sizeof(struct slab_page) + 63) & ~(size_t)63)
 
-static struct slab_page *page_new(uint32_t cls) {
-    /* twice the size, then cut to an aligned page */
-    char *m = mmap(NULL, 2 * (size_t)SLAB_PAGE, PROT_READ | PROT_WRITE,
+struct slab_reserve {
+    char *first;      /* the region: the thread reads only this ... */
+    char *next, *end; /* ... the owner cuts pages from next up to end */
+    pthread_t thread;
+    atomic_bool stop;
+};
+
+/* `pages` pages aligned to their size, with huge pages where allowed. */
+static char *map_pages(size_t pages) {
+    /* one page more, then cut to an aligned range */
+    size_t len = (pages + 1) * (size_t)SLAB_PAGE;
+    char *m = mmap(NULL, len, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (m == MAP_FAILED) return NULL;
     uintptr_t a = ((uintptr_t)m + SLAB_PAGE - 1) & ~(uintptr_t)(SLAB_PAGE - 1);
-    char *p = (char *)a;
+    char *p = (char *)a, *end = m + len, *want = p + pages * (size_t)SLAB_PAGE;
     if (p > m) munmap(m, (size_t)(p - m));
-    char *end = m + 2 * (size_t)SLAB_PAGE;
-    if (end > p + SLAB_PAGE) munmap(p + SLAB_PAGE, (size_t)(end - (p + SLAB_PAGE)));
+    if (end > want) munmap(want, (size_t)(end - want));
     /* fewer TLB misses walking millions of small objects, where
      * transparent huge pages are on for this process */
-    madvise(p, SLAB_PAGE, MADV_HUGEPAGE);
+    madvise(p, pages * (size_t)SLAB_PAGE, MADV_HUGEPAGE);
+    return p;
+}
+
+static struct slab_page *page_new(struct slab *s, uint32_t cls) {
+    char *p;
+    if (s->rsv && s->rsv->next < s->rsv->end) {
+        p = s->rsv->next;
+        s->rsv->next += SLAB_PAGE;
+    } else if (!(p = map_pages(1))) {
+        return NULL;
+    }
     struct slab_page *g = (struct slab_page *)p;
     memset(g, 0, sizeof *g);
     g->bump = (uint32_t)HDR;
@@ -81,7 +104,7 @@ void *slab_alloc(struct slab *s, size_t n) {
     uint32_t cls = (uint32_t)((n + 7) / 8);
     struct slab_page *g = s->partial[cls];
     if (!g) {
-        if (!(g = page_new(cls))) return NULL;
+        if (!(g = page_new(s, cls))) return NULL;
         s->pages++;
         list_add(s, g);
     }
@@ -139,7 +162,51 @@ uint64_t slab_release(struct slab *s, uint64_t max) {
     return s->nempty;
 }
 
+/* The reservation's thread: faults its pages in, in the order they are
+ * handed out (MADV_POPULATE_WRITE leaves their contents alone, so it does
+ * not race with the owner writing into a page already handed out). */
+static void *reserve_main(void *arg) {
+    struct slab_reserve *r = arg;
+    for (char *p = r->first; p < r->end; p += SLAB_PAGE) {
+        if (atomic_load_explicit(&r->stop, memory_order_relaxed)) break;
+        if (madvise(p, SLAB_PAGE, MADV_POPULATE_WRITE) != 0) break;
+    }
+    return NULL;
+}
+
+int slab_reserve(struct slab *s, size_t bytes) {
+    slab_reserve_end(s);
+    size_t pages = (bytes + SLAB_PAGE - 1) / SLAB_PAGE;
+    struct slab_reserve *r = dq_calloc(1, sizeof *r);
+    if (!r) return -1;
+    if (!pages || !(r->next = map_pages(pages))) {
+        dq_free(r);
+        return -1;
+    }
+    r->first = r->next;
+    r->end = r->next + pages * (size_t)SLAB_PAGE;
+    atomic_init(&r->stop, false);
+    if (pthread_create(&r->thread, NULL, reserve_main, r) != 0) {
+        munmap(r->next, (size_t)(r->end - r->next));
+        dq_free(r);
+        return -1;
+    }
+    s->rsv = r;
+    return 0;
+}
+
+void slab_reserve_end(struct slab *s) {
+    struct slab_reserve *r = s->rsv;
+    if (!r) return;
+    atomic_store(&r->stop, true);
+    pthread_join(r->thread, NULL);
+    if (r->next < r->end) munmap(r->next, (size_t)(r->end - r->next));
+    dq_free(r);
+    s->rsv = NULL;
+}
+
 void slab_destroy(struct slab *s) {
+    slab_reserve_end(s);
     slab_release(s, UINT64_MAX);
     /* Full pages are on no list: they go as their objects are freed. */
     for (size_t c = 0; c <= SLAB_MAX / 8; c++) {

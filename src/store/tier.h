@@ -100,6 +100,37 @@ void tier_recount_begin(struct tier *t);
 void tier_recount(struct tier *t, uint64_t ref);
 void tier_recount_end(struct tier *t);
 
+/* Checking segments. Reading every far segment through takes as long as
+ * reading them from disk (18 GB for 100 million far jobs), so the start
+ * only checks what is cheap and then has a helper thread read the rest in
+ * the background.
+ *
+ * tier_check, after the replay (tier_recount has seen every far job): reads
+ * through the segments named in far/DAMAGED (damage an earlier check found)
+ * and those whose last record a far job points to is not whole and valid (a
+ * lost or cut write); returns the number of damaged places found there: a
+ * bad record with valid ones after it, or a torn tail that a far job's
+ * record lies in (a tail none does is what a crash leaves: ignored).
+ * tier_damage describes place i (file, offset, what is wrong) into msg.
+ *
+ * tier_check_background, once the store serves: a thread at the lowest CPU
+ * and I/O priority reads every segment through, dropping from the page
+ * cache what it alone brought in; damage it finds is logged, counted in
+ * INFO (far_damaged_places) and written to far/DAMAGED, so that the next
+ * start stops there. tier_close stops it. */
+size_t tier_check(struct tier *t);
+void tier_damage(const struct tier *t, size_t i, char *msg, size_t len);
+void tier_check_background(struct tier *t);
+
+/* True if a far job's record at ref lies in a damaged place. */
+bool tier_damaged(const struct tier *t, uint64_t ref);
+
+/* --repair, once the store has dropped every far job tier_damaged names:
+ * writes each damaged place over with dead records (or cuts a torn tail
+ * off), syncs, and removes far/DAMAGED, so that the segments read clean.
+ * Returns 0, or -1 with a message naming the file. */
+int tier_repair(struct tier *t, char *err, size_t errlen);
+
 /* True (once) if a segment was created since the last call: its window's
  * opening is a new time for tier_load_at. */
 bool tier_created(struct tier *t);

@@ -915,6 +915,55 @@ static void test_far_jobs(void **state) {
     engine_free(e);
 }
 
+/* engine_far_queue restores like engine_restore_far, batch after batch
+ * sorted by bucket: the later record of an id wins (in one batch or across
+ * batches), a job in RAM is replaced, a new topic is made on the way. */
+static void test_far_queue(void **state) {
+    enum { N = (1 << 20) + 5000 };
+    struct engine *e = far_engine(0);
+    struct dq_add a = mk("t", "in-ram", "b", T0 + 60);
+    assert_true(engine_add(e, T0, &a, NULL) >= 0);
+    char id[32];
+    for (int k = 0; k < 1000; k++) {
+        snprintf(id, sizeof id, "j%d", k);
+        engine_expect_far(e, S("t"), (struct dq_str){id, strlen(id)});
+    }
+    engine_expect_done(e);
+    assert_int_equal(engine_far_queue(e, S("t"), S("x"), 1), 0);
+    assert_int_equal(engine_far_queue(e, S("t"), S("in-ram"), 5), 0);
+    assert_int_equal(engine_far_queue(e, S("t"), S("x"), 2), 0);
+    for (int k = 0; k < N; k++) {
+        snprintf(id, sizeof id, "j%d", k);
+        const char *topic = k % 3 ? "t" : "u"; /* u: new at k = 0 */
+        assert_int_equal(engine_far_queue(e, (struct dq_str){topic, 1},
+                                          (struct dq_str){id, strlen(id)},
+                                          (uint64_t)k + 10),
+                         0);
+    }
+    assert_int_equal(engine_far_queue(e, S("t"), S("x"), 3), 0); /* later */
+    assert_int_equal(engine_expect_end(e), 0);
+    assert_int_equal(engine_far_count(e), N + 2);
+    assert_int_equal(engine_count(e), N + 2);
+    uint64_t ref;
+    assert_int_equal(engine_far_ref(e, S("t"), S("x"), &ref), 1);
+    assert_true(ref == 3);
+    assert_int_equal(ndropped, 2); /* x at 1, then at 2 */
+    assert_int_equal(engine_far_ref(e, S("t"), S("in-ram"), &ref), 1);
+    assert_true(ref == 5);
+    assert_int_equal(engine_get(e, S("t"), S("in-ram"), NULL), 0);
+    for (int k = 0; k < N; k += 997) {
+        snprintf(id, sizeof id, "j%d", k);
+        const char *topic = k % 3 ? "t" : "u";
+        assert_int_equal(engine_far_ref(e, (struct dq_str){topic, 1},
+                                        (struct dq_str){id, strlen(id)}, &ref),
+                         1);
+        assert_true(ref == (uint64_t)k + 10);
+    }
+    assert_int_equal(stats(e, "u").jobs[DQ_DELAYED], (N + 2) / 3);
+    assert_int_equal(stats(e, "").added, 1); /* restores count nothing */
+    engine_free(e);
+}
+
 /* A PURGE of many jobs: gone at once for every call (counts, lookups, ADD
  * of the same ids), their memory freed by engine_reap slice by slice, and
  * jobs of the purged topic that the wheel hands out meanwhile go nowhere. */
@@ -1275,6 +1324,7 @@ int main(void) {
         cmocka_unit_test(test_list_concurrent),
         cmocka_unit_test(test_list_full_pages),
         cmocka_unit_test(test_far_jobs),
+        cmocka_unit_test(test_far_queue),
         cmocka_unit_test(test_big_purge_reaped_later),
         cmocka_unit_test(test_restore_foreach),
         cmocka_unit_test(test_alloc_failure),

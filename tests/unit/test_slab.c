@@ -68,10 +68,42 @@ static void test_pages_come_back(void **state) {
     free(p);
 }
 
+/* A reservation: new pages are cut from it (faulted in by its thread)
+ * until it runs out, then mapped one by one again; what is not used goes
+ * back at slab_reserve_end; a 32-byte object never straddles cache lines. */
+static void test_reserve(void **state) {
+    enum { N = 3 * (SLAB_PAGE / 32) };
+    struct slab s = {0};
+    assert_int_equal(slab_reserve(&s, 2 * SLAB_PAGE), 0);
+    assert_int_equal(slab_reserve(&s, 8 * SLAB_PAGE), 0); /* ends the first */
+    void **p = malloc(N * sizeof *p);
+    for (int i = 0; i < N; i++) {
+        p[i] = slab_alloc(&s, 27);
+        assert_non_null(p[i]);
+        assert_int_equal((uintptr_t)p[i] % 32, 0);
+        memcpy(p[i], &i, sizeof i);
+    }
+    assert_int_equal(s.pages, 4); /* the headers take room: 4, not 3 */
+    slab_reserve_end(&s);
+    slab_reserve_end(&s); /* twice: nothing */
+    for (int i = 0; i < N; i++) {
+        int v;
+        memcpy(&v, p[i], sizeof v);
+        assert_int_equal(v, i);
+        slab_free(&s, p[i]);
+    }
+    assert_int_equal(s.objects, 0);
+    assert_non_null(slab_alloc(&s, 8)); /* beyond the reservation: mapped */
+    slab_destroy(&s);
+    assert_int_equal(s.pages, 0);
+    free(p);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sizes_and_alignment),
         cmocka_unit_test(test_pages_come_back),
+        cmocka_unit_test(test_reserve),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
