@@ -401,7 +401,6 @@ static int fix_snapshot(struct mapped *m, uint64_t seq, uint64_t at,
     return rc;
 }
 
-/* Loads the snapshot, or fails. */
 /* A first, counting pass over a file about to be replayed: announces its
  * whole-job and far records to the engine, which sizes the id tables for
  * them. A hint: it walks the record headers and keys only (no CRC, no
