@@ -38,7 +38,7 @@ struct core_wait;
 struct metrics;
 
 /* How many store gauges a snapshot carries (metrics_store_gauges). */
-#define CORE_STORE_GAUGES 7
+#define CORE_STORE_GAUGES 8
 /* How many store histograms a snapshot carries (metrics_store_hists). */
 #define CORE_STORE_HISTS 1
 

@@ -363,6 +363,8 @@ const struct store_gauge metrics_store_gauges[CORE_STORE_GAUGES] = {
      "Bytes of the segments being loaded still to read"},
     {"far_records_loaded", "delayq_far_records_loaded_total",
      "Far jobs loaded into memory since start"},
+    {"far_damaged_places", "delayq_far_damaged_places",
+     "Damaged places the background check found in far segments (--repair)"},
 };
 
 const struct store_gauge metrics_store_hists[CORE_STORE_HISTS] = {

@@ -94,6 +94,7 @@ def test_jobs_in_ram_and_on_disk(make_server):
     assert s[("delayq_far_segments", "")] >= 1
     assert s[("delayq_far_segment_bytes", "")] > 0
     assert s[("delayq_far_segments_loading", "")] == 0
+    assert s[("delayq_far_damaged_places", "")] == 0
     assert "# TYPE delayq_far_records_loaded_total counter\n" in text
     p = subprocess.run([PROMTOOL, "check", "metrics"], input=text.encode(),
                        capture_output=True, timeout=30)

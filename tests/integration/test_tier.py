@@ -8,6 +8,7 @@ import os
 import random
 import signal
 import time
+import urllib.request
 
 import pytest
 
@@ -222,6 +223,11 @@ def test_bad_far_segment_header_stops_the_start(make_server):
     assert os.path.basename(seg) in str(e.value) and "offset 0" in str(e.value)
 
 
+def metrics(srv):
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % srv.http_port, timeout=10) as r:
+        return r.read().decode()
+
+
 def far_jobs_with_a_damaged_segment(make_server, n=40):
     """n far jobs of equal-sized records in one segment; the server stopped."""
     srv = make_server("--memory-horizon", "1h")
@@ -263,6 +269,7 @@ def test_corrupt_far_segment_middle_stops_the_start_and_repair_drops_only_its_jo
     assert os.path.basename(seg) in log and "corrupt record at offset %d" % at in log, log
     assert "--repair" in log
     assert get(c, "t", "j21")["body"] == b"body-21"  # the others are served meanwhile
+    assert "\ndelayq_far_damaged_places 1\n" in metrics(srv)  # and /metrics shows it
     c.close()
     srv.stop()
     # ... so that the next start stops there
