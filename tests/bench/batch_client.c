@@ -37,28 +37,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static const char ADD[] =
-    "redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])\n"
-    "redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])\n"
-    "return 1\n";
-static const char CARRY[] =
-    "local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, ARGV[2])\n"
-    "for _, id in ipairs(ids) do\n"
-    "  redis.call('ZREM', KEYS[1], id)\n"
-    "  local topic = string.match(id, '^(.-):')\n"
-    "  redis.call('RPUSH', ARGV[3] .. topic, id)\n"
-    "end\n"
-    "return #ids\n";
-static const char POP[] =
-    "local id = redis.call('LPOP', KEYS[1])\n"
-    "if not id then return false end\n"
-    "local body = redis.call('HGET', KEYS[2], id)\n"
-    "redis.call('ZADD', KEYS[3], tonumber(ARGV[1]) + tonumber(ARGV[2]), id)\n"
-    "return {id, body}\n";
-static const char ACK[] =
-    "redis.call('HDEL', KEYS[1], ARGV[1])\n"
-    "redis.call('ZREM', KEYS[2], ARGV[1])\n"
-    "return 1\n";
+#include "seed_scripts.h"
 
 struct opts {
     const char *host;
