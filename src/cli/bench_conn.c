@@ -26,6 +26,7 @@
 
 #include "lib/buf.h"
 #include "lib/xalloc.h"
+#include "proto/resp.h"
 
 #define TEXT_MAX 512
 #define READ_CHUNK (256 * 1024)
@@ -454,39 +455,10 @@ static void on_writable(evutil_socket_t fd, short what, void *arg) {
 
 /* ---- requests ------------------------------------------------------------ */
 
-static char *put_u(char *p, size_t v) {
-    char tmp[24];
-    int n = 0;
-    do {
-        tmp[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    while (n)
-        *p++ = tmp[--n];
-    return p;
-}
-
 void bconn_cmd(struct bconn *c, int kind, int argc, const char *const *argv,
                const size_t *lens) {
-    size_t need = 16;
-    for (int i = 0; i < argc; i++)
-        need += lens[i] + 24;
-    char *p = buf_reserve(&c->out, need), *start = p;
-    *p++ = '*';
-    p = put_u(p, (size_t)argc);
-    *p++ = '\r';
-    *p++ = '\n';
-    for (int i = 0; i < argc; i++) {
-        *p++ = '$';
-        p = put_u(p, lens[i]);
-        *p++ = '\r';
-        *p++ = '\n';
-        memcpy(p, argv[i], lens[i]);
-        p += lens[i];
-        *p++ = '\r';
-        *p++ = '\n';
-    }
-    c->out.len += (size_t)(p - start);
+    resp_array(&c->out, (size_t)argc);
+    for (int i = 0; i < argc; i++) resp_bulk(&c->out, argv[i], lens[i]);
     ring_push(c, kind);
 }
 
