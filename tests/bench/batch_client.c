@@ -37,7 +37,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "seed_scripts.h"
+#include "seed.h"
 
 struct opts {
     const char *host;
@@ -49,18 +49,6 @@ static redisContext *rc;
 static char sha_add[41], sha_carry[41], sha_pop[41], sha_ack[41];
 static char pool[64], bucket[64], readyp[64], ready[96], topic[32];
 static char *body;
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static long long now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void die(const char *what, redisReply *r) {
     fprintf(stderr, "batch_client: %s: %s\n", what, r ? r->str : rc->errstr);
