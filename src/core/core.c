@@ -105,10 +105,18 @@ static bool check_topic(struct core *c, struct dq_str t, core_cb *cb,
     return ok;
 }
 
+/* Whether v is min..max bytes of printable ASCII, the space included only
+ * if `space`. */
+static bool printable(struct dq_str v, size_t min, size_t max, bool space) {
+    if (v.len < min || v.len > max) return false;
+    char lo = space ? ' ' : ' ' + 1;
+    for (size_t i = 0; i < v.len; i++)
+        if (v.p[i] < lo || v.p[i] >= 127) return false;
+    return true;
+}
+
 static bool check_id(struct core *c, struct dq_str id, core_cb *cb, void *pd) {
-    bool ok = id.len >= 1 && id.len <= DQ_ID_MAX;
-    for (size_t i = 0; ok && i < id.len; i++)
-        ok = id.p[i] > ' ' && id.p[i] < 127;
+    bool ok = printable(id, 1, DQ_ID_MAX, false);
     if (!ok)
         fail(c, cb, pd, DQ_INVALID,
              "invalid id: expected 1-%d printable ASCII characters without "
@@ -167,9 +175,7 @@ static bool check_push(struct core *c, const struct core_add *a, core_cb *cb,
              clip(u.host_len), u.host);
         return false;
     }
-    bool ok = a->content_type.len <= DQ_CTYPE_MAX;
-    for (size_t i = 0; ok && i < a->content_type.len; i++)
-        ok = a->content_type.p[i] >= ' ' && a->content_type.p[i] < 127;
+    bool ok = printable(a->content_type, 0, DQ_CTYPE_MAX, true);
     if (!ok)
         fail(c, cb, pd, DQ_INVALID,
              "invalid content-type: expected up to %d printable ASCII "
