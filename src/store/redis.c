@@ -28,7 +28,7 @@
  * other (they share a count) or all at once. */
 const struct rs_opinfo OPS[] = {
     [OP_ADD] = {"add", false},       [OP_DEL] = {"del", false},
-    [OP_ACK] = {"del", false},       [OP_GET] = {NULL, false}, /* HGET */
+    [OP_ACK] = {"del", false},       [OP_GET] = {"get", false},
     [OP_RESERVE] = {"reserve", true}, [OP_NACK] = {"nack", false},
     [OP_TOUCH] = {"touch", false},   [OP_RELEASE] = {"release", false},
     [OP_KICK] = {"kick", true},      [OP_LIST] = {"list", true},
@@ -247,10 +247,7 @@ void rs_submit(struct rreq *rq) {
         rq->counted = true;
         s->adds_inflight++;
     }
-    if (rq->op == OP_GET || rs_plan(rq) != 0) { /* a plain command first */
-        /* A GET must not overtake the changes queued before it (an ADD then
-         * a GET of the same job, pipelined): those go out first. */
-        if (rq->op == OP_GET && s->out_head) rs_send_queued(s);
+    if (rs_plan(rq) != 0) { /* a plain command first */
         rq->next = NULL;
         if (s->raw_tail) s->raw_tail->next = rq;
         else s->raw_head = rq;

@@ -46,6 +46,7 @@
 #define MAX_CALL_REQS 128        /* requests per script call */
 #define MAX_CALL_BYTES (1 << 20) /* argument bytes per script call */
 #define MAX_CALL_JOBS 2000       /* jobs to reserve per script call */
+#define MAX_CALL_GETS 16         /* GETs per script call */
 #define MAX_UNIT_GROUPS 64       /* groups per unit (standalone) */
 #define SWEEP_MS 900
 #define WAIT_MS 1000             /* replicas=N: WAIT's timeout */
@@ -316,8 +317,6 @@ void rs_send_raw(struct dq_store *s, int slot, int argc, const char **av,
 void rs_script_cb(void *pd, redisReply *r, const char *err, bool sent);
 /* A unit of rq is over: sends its next unit or retry, or completes it. */
 void rs_unit_finished(struct rreq *rq);
-/* Sends a GET as a plain HGET; completes it from the reply. */
-void rs_get_send(struct rreq *rq);
 
 /* --- redis_sched.c: topics, the timer heap, registry, wakeups, sweep ------ */
 

@@ -362,6 +362,10 @@ static void builder_add(struct dq_store *s, struct builder *b, struct unit *u,
     struct umap *m = &b->um[b->nu];
     memset(m, 0, sizeof *m);
     if (rq->op == OP_RESERVE || rq->op == OP_RESERVE_PUSH) b->njobs += rq->count;
+    /* a GET's record can be as big as a body gets: a few a call, so that a
+     * client asking for many big ones gets its replies streamed, not in one
+     * enormous call result */
+    if (rq->op == OP_GET) b->njobs += MAX_CALL_JOBS / MAX_CALL_GETS;
     m->want = rq->count;
     m->form = dels ? UM_DELS : adds ? UM_ADDS : UM_PLAIN;
     if (mergeable && b->merge_open && b->merge_op == rq->op && b->merge_gi == gi[0]) {
@@ -447,6 +451,7 @@ static void builder_send(struct dq_store *s, struct builder *b, int64_t now) {
     arg_int(&out, now);
     arg_cstr(&out, s->inst);
     arg_cstr(&out, s->chan);
+    arg_int(&out, (int64_t)s->url.far * 1000);
     arg_int(&out, (int64_t)b->ng);
     for (size_t g = 0; g < b->ng; g++) {
         struct rshard *sh = b->groups[g];
@@ -457,7 +462,7 @@ static void builder_send(struct dq_store *s, struct builder *b, int64_t now) {
     }
     arg_int(&out, (int64_t)b->nreq);
     buf_append(&out, b->reqs.p, b->reqs.len);
-    int argc = (int)(1 + NKEYS * b->ng + 4 + 3 * b->ng + 1 + b->nargs);
+    int argc = (int)(1 + NKEYS * b->ng + 5 + 3 * b->ng + 1 + b->nargs);
     struct scall *sc = xcalloc(1, sizeof *sc);
     sc->s = s;
     sc->units = b->units;
@@ -561,8 +566,7 @@ void rs_send_queued(struct dq_store *s) {
         struct rreq *rq = s->raw_head;
         s->raw_head = rq->next;
         if (!s->raw_head) s->raw_tail = NULL;
-        if (rq->op == OP_GET) rs_get_send(rq);
-        else rs_registry_fetch(rq);
+        rs_registry_fetch(rq);
     }
     flush_outbox(s);
 }

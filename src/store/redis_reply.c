@@ -1,5 +1,6 @@
 /* redis_reply.c -- the Redis store's replies: script results decoded
- * into the requests' results, records, plain GETs, WAIT for replicas=N, and
+ * into the requests' results, records (GET's as the next carry will make
+ * them), WAIT for replicas=N, and
  * what a failed call means (UNAVAILABLE: not sent; TIMEOUT: outcome
  * unknown). */
 #include <inttypes.h>
@@ -19,7 +20,7 @@ static void map_noreply(struct rreq *rq, const char *err, bool sent);
 static void scall_free(struct scall *sc);
 static void wait_reply_cb(void *pd, redisReply *r, const char *err, bool sent);
 static void replicas_wait(struct scall *sc);
-static void get_cb(void *pd, redisReply *r, const char *err, bool sent);
+static int get_found(struct rreq *rq, const char *rec, size_t len);
 
 /* --- replies -------------------------------------------------------------- */
 
@@ -144,7 +145,12 @@ static void unit_result(struct unit *u, const redisReply *e) {
     case OP_TOPICS: case OP_CARRY:
         for (size_t i = 0; i < u->ng; i++) rq->hl[u->g0 + i] = int_at(e, i + 1);
         break;
-    case OP_GET: /* never a script request */
+    case OP_GET: /* 1 id record, or nothing: no such job */
+        if (e->elements >= 4) {
+            const redisReply *rec = str_at(e, 3);
+            if (!rec || get_found(rq, rec->str, rec->len) != 0)
+                rs_req_fail(rq, DQ_UNAVAILABLE, "a malformed job record in Redis");
+        }
         break;
     }
 }
@@ -402,48 +408,23 @@ static void replicas_wait(struct scall *sc) {
     rs_send_raw(s, sc->slot, 3, av, al, wait_reply_cb, sc);
 }
 
-/* --- GET: a plain HGET, decoded here --------------------------------------- */
-
-static void get_cb(void *pd, redisReply *r, const char *err, bool sent) {
-    struct rreq *rq = pd;
-    if (!r) {
-        rs_req_fail(rq, DQ_UNAVAILABLE, err);
-    } else if (r->type == REDIS_REPLY_ERROR) {
-        map_error(rq, r->str);
-    } else if (r->type == REDIS_REPLY_STRING && r->len >= REC_HDR) {
-        struct dq_job job;
-        if (job_from_rec(&job, r->str, r->len) != 0) {
-            rs_req_fail(rq, DQ_UNAVAILABLE, "a malformed job record in Redis");
-            rs_req_complete(rq);
-            return;
-        }
-        job.topic = rq->topic;
-        job.id = rq->ids[0];
-        struct dq_job *j = &job;
-        /* what the next carry will make of it, which is the truth now */
-        int64_t now = now_ms(rq->s);
-        if (j->state == DQ_DELAYED && j->due <= now) {
-            j->state = DQ_READY;
-        } else if (j->state == DQ_RESERVED && j->deadline <= now) {
-            j->due = j->deadline;
-            j->state = j->attempts <= j->retries ? DQ_READY : DQ_DEAD;
-        }
-        if (j->state != DQ_RESERVED) j->deadline = 0;
-        res_job(&rq->set, &rq->res, j);
-    } else if (r->type != REDIS_REPLY_NIL) {
-        rs_req_fail(rq, DQ_UNAVAILABLE, "unexpected reply from Redis");
+/* GET's record (the script's get): the job as the next carry will make it,
+ * which is the truth now. Returns 0, or -1 if the record is malformed. */
+static int get_found(struct rreq *rq, const char *rec, size_t len) {
+    struct dq_job job;
+    if (len < REC_HDR || job_from_rec(&job, rec, len) != 0) return -1;
+    job.topic = rq->topic;
+    job.id = rq->ids[0];
+    struct dq_job *j = &job;
+    int64_t now = now_ms(rq->s);
+    if (j->state == DQ_DELAYED && j->due <= now) {
+        j->state = DQ_READY;
+    } else if (j->state == DQ_RESERVED && j->deadline <= now) {
+        j->due = j->deadline;
+        j->state = j->attempts <= j->retries ? DQ_READY : DQ_DEAD;
     }
-    rs_req_complete(rq);
+    if (j->state != DQ_RESERVED) j->deadline = 0;
+    res_job(&rq->set, &rq->res, j);
+    return 0;
 }
 
-void rs_get_send(struct rreq *rq) {
-    struct dq_store *s = rq->s;
-    struct rtopic *t = rs_topic_get(s, rq->topic.p, rq->topic.len);
-    struct rshard *sh = rs_id_shard(s, t, rq->ids[0]);
-    char key[REDIS_PREFIX_MAX + DQ_TOPIC_MAX + 96];
-    memcpy(key, sh->tag, sh->taglen);
-    memcpy(key + sh->taglen, "pool", 4);
-    const char *av[3] = {"HGET", key, rq->ids[0].p};
-    size_t al[3] = {4, sh->taglen + 4, rq->ids[0].len};
-    rs_send_raw(s, sh->slot, 3, av, al, get_cb, rq);
-}

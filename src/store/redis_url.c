@@ -116,11 +116,17 @@ static int parse_query(const char *q, struct redis_url *u, char *err,
                 return fail(err, errlen, "bad replicas in URL: %s",
                             "expected 0..100");
             u->replicas = (int)k;
+        } else if (nlen == 3 && memcmp(q, "far", 3) == 0) {
+            long k;
+            if (parse_uint(v, vlen, 0, REDIS_FAR_MAX, &k) != 0)
+                return fail(err, errlen, "bad far in URL: %s",
+                            "expected 0..86400 seconds");
+            u->far = (int)k;
         } else {
             char name[64];
             snprintf(name, sizeof name, "%.*s", (int)(nlen < 60 ? nlen : 60), q);
             return fail(err, errlen,
-                        "unknown URL parameter '%s' (known: prefix, shards, replicas)",
+                        "unknown URL parameter '%s' (known: prefix, shards, replicas, far)",
                         name);
         }
         q += len;
@@ -133,6 +139,7 @@ int redis_url_parse(const char *url, struct redis_url *u, char *err,
                     size_t errlen) {
     memset(u, 0, sizeof *u);
     strcpy(u->prefix, "delayq");
+    u->far = REDIS_FAR_DEFAULT;
     if (url == NULL) return fail(err, errlen, "%s", "no URL");
     const char *p;
     if (strncmp(url, "redis://", 8) == 0) {

@@ -5,8 +5,11 @@
  *   redis-sentinel://[[user]:password@]host:port[,host:port...]/master-name[?prefix=p&shards=K]
  *
  * Every scheme also takes replicas=N (0..100): each change waits (WAIT) until
- * N replicas have it before it is acknowledged. For redis-sentinel:// the
- * hosts are Sentinels, the password is the master's.
+ * N replicas have it before it is acknowledged, and far=S (0..86400 s,
+ * default 60): jobs added due in a bucket of S seconds that starts more
+ * than S s ahead are kept compact until then (docs/redis.md); 0 = never.
+ * For redis-sentinel:// the hosts are Sentinels, the password is the
+ * master's.
  *
  * The port defaults to 6379, db to 0, prefix to "delayq", shards to 0
  * ("not given": 1 for redis://, the number of masters for a cluster).
@@ -31,6 +34,8 @@
 #define REDIS_SHARDS_MAX 1024
 #define REDIS_SLOTS 16384
 #define REDIS_REPLICAS_MAX 100
+#define REDIS_FAR_DEFAULT 60 /* s: the far tier's bucket width and horizon */
+#define REDIS_FAR_MAX 86400
 #define REDIS_MASTER_NAME_MAX 127
 
 struct redis_url {
@@ -38,6 +43,8 @@ struct redis_url {
     bool sentinel;      /* hosts are Sentinels watching `master` */
     char master[REDIS_MASTER_NAME_MAX + 1];
     int replicas;       /* WAIT for this many replicas; 0 = do not wait */
+    int far;            /* s: jobs due beyond 2 x far are kept compact
+                         * until far s before their bucket; 0 = never */
     size_t nhosts;
     struct {
         char host[REDIS_URL_HOST_MAX + 1];

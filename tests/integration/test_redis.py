@@ -153,7 +153,7 @@ def test_fleet_sweep_moves_jobs_no_instance_was_told_about(procs):
     now = now_ms()
     ord8 = struct.pack(">Q", now << 22)
     record = struct.pack("<BIIIBIIddd", 0, 0, 30000, 3, 0, 1000, 3600000, due, now, 0) + ord8 + b"b"
-    rc.eval(script, 7, *keys, now, "other", "nowhere", 1, "t", 0, 0, 1,
+    rc.eval(script, 7, *keys, now, "other", "nowhere", 60000, 1, "t", 0, 0, 1,
             "adds", 1, 1, 6, 1, "ghost", record, due, ord8 + b"ghost", "-")
     w = a.raw(timeout=10)
     got = w.call("RESERVE", "TIMEOUT", 5000, "FROM", "t")
@@ -377,13 +377,15 @@ def test_cluster_spreads_keys_and_commands_over_masters(procs):
     c.send_raw(b"".join(encode_command(*cmd) for cmd in cmds))
     for _ in cmds:
         assert not isinstance(c.read(), RespError)
-    # jobs held per master
+    # jobs held per master: in the pools, and far (the stats hash's fn)
     held = []
     for n in nodes:
         cl = n.client()
         total = 0
         for key in cl.scan_iter(match="{%s:*}:pool" % prefix, count=1000):
             total += cl.hlen(key)
+        for key in cl.scan_iter(match="{%s:*}:stats" % prefix, count=1000):
+            total += int(cl.hget(key, "fn") or 0)
         held.append(total)
     assert sum(held) == len(cmds)
     ok, mean = _within(held, 20)

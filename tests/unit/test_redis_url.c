@@ -35,8 +35,14 @@ static void test_standalone_full(void **state) {
     assert_int_equal(u.db, 3);
     assert_string_equal(u.prefix, "app:q");
     assert_int_equal(u.shards, 4);
+    assert_int_equal(u.far, REDIS_FAR_DEFAULT);
     assert_string_equal(u.user, "");
     assert_string_equal(u.password, "s3cret");
+
+    assert_int_equal(redis_url_parse("redis://h?far=0", &u, err, sizeof err), 0);
+    assert_int_equal(u.far, 0);
+    assert_int_equal(redis_url_parse("redis://h?far=86400&prefix=p", &u, err, sizeof err), 0);
+    assert_int_equal(u.far, 86400);
 
     assert_int_equal(redis_url_parse("redis://bob:pw@h:1/", &u, err, sizeof err), 0);
     assert_string_equal(u.user, "bob");
@@ -89,6 +95,8 @@ static void test_bad_urls(void **state) {
     bad("redis://[::1", "IPv6");
     bad("redis://h?replicas=101", "replicas");
     bad("redis://h?replicas=x", "replicas");
+    bad("redis://h?far=86401", "far");
+    bad("redis://h?far=1.5", "far");
     bad("redis-sentinel://a:26379", "master name");
     bad("redis-sentinel://a:26379/", "master name");
     bad("redis-sentinel://a:26379/?prefix=p", "master name");

@@ -4,8 +4,9 @@
 -- request is one transition and all of them run in this one atomic script.
 --
 -- KEYS: 7 per group: pool ready delay lease dead stats pready (one hash tag
--- each).
--- ARGV: now inst chan G, G x (topic shard carry), R, then R requests:
+-- each; the far tier's keys, below, are named from pool's).
+-- ARGV: now inst chan far G, G x (topic shard carry), R, then R requests:
+--       far: the far tier's bucket width and horizon in ms (0: none);
 --       op ngroups gidx... nargs args...
 --       carry '1': the caller knows of jobs due by now in the group; with
 --       '0' adds skip the carry (reserves, and the rarer ops, always do it).
@@ -24,6 +25,7 @@
 --        the ready list without rewriting it.
 -- delay: zset, member = ord .. id, score = due time, so jobs due in the
 --        same millisecond come out in the order they were added.
+-- The far tier: see "far jobs" below.
 -- ready: list of ids.  lease: zset id -> lease end.  dead: zset id -> time
 -- of death.  stats: hash of counters.  pready: list of ids of ready push
 -- jobs (see "push jobs" below).
@@ -48,7 +50,7 @@
 -- load time may touch a global (a library is loaded without them), so the
 -- globals this file uses, and the call's own values, are bound by main.
 local call, spack, sunpack, ssub, sbyte, fmt
-local KEYS, ARGV, nows, now, inst, chan
+local KEYS, ARGV, nows, now, inst, chan, FW
 local HDR = '<BIIIBIIddd' -- then 8 bytes of ord, then the body
 local BODY = 55
 local CHUNK = 1000
@@ -125,6 +127,14 @@ local function readyv(g, plain, push)
   if #push > 0 then g.plen = callv('RPUSH', g.pready, push); g.pd = true end
 end
 
+-- record r with state st, attempts att and due time due (nil: r's) and
+-- deadline dl (0: none)
+local function reheader(r, st, att, due, dl)
+  return spack('<B', st) .. (att and spack('<I', att) or ssub(r, 2, 5)) .. ssub(r, 6, 22) ..
+    (due and spack('<d', due) or ssub(r, 23, 30)) .. ssub(r, 31, 38) .. spack('<d', dl) ..
+    ssub(r, 47)
+end
+
 -- the delay zset's member for a record and id
 local function dmember(r, id)
   return ssub(r, 47, 54) .. id
@@ -142,6 +152,11 @@ local function nextdue(g)
     local x = tonumber(b[2])
     if x ~= INF and (t < 0 or x < t) then t = x end
   end
+  local f = call('ZRANGE', g.fz, 0, 0, 'WITHSCORES') -- the next far carry
+  if f[2] then
+    local x = tonumber(f[2]) - FW
+    if t < 0 or x < t then t = x end
+  end
   return t
 end
 
@@ -150,9 +165,247 @@ local function zcount(key)
   return call('ZCOUNT', key, '-inf', '(+inf')
 end
 
--- due delayed jobs -> ready (their records are not touched); ended leases
--- -> ready (attempts <= retries) or dead; both in time order
+-- before a job is queued in the delay (z 'd') or lease (z 'l') zset at
+-- time t: note the next due time the other instances may know of (the head
+-- before it), and see that the zset has its sentinel
+local function insert(g, t, z)
+  if not g.h0 then g.h0 = nextdue(g) end
+  if not g.mi or t < g.mi then g.mi = t end
+  if z == 'd' then
+    if not g.sd then g.sd = true; call('ZADD', g.delay, 'NX', '+inf', DSENT) end
+  elseif not g.sl then
+    g.sl = true; call('ZADD', g.lease, 'NX', '+inf', LSENT)
+  end
+end
+
+-- --- far jobs ----------------------------------------------------------------
+-- A job added delayed beyond the horizon costs less than half the memory of
+-- a near one: a hash field and a zset member each cost more than a 100-byte
+-- body (docs/benchmarks.md). Far jobs live in buckets of FW ms of due time:
+--
+-- f:<b>  list of far records, appended as added: the id's length - 1 (u8),
+--        the id, then the record without its state and deadline (bytes
+--        2-38 and 47 on: attempts ... created, ord, the rest). b is the
+--        bucket's start in seconds from 2024 (EPOCH); FW is whole seconds.
+-- fz     zset of the buckets: member b, score the bucket's start (ms).
+-- fo     hash b -> how far the carry got in bucket b (see fcarry).
+-- fi:<n> the index: hashes id -> struct '<II' (b, position in f:<b>),
+--        small enough (FLOAD ids on average) to stay listpacks. Their
+--        number grows by linear hashing: with level L and split pointer S
+--        there are 2^L + S of them, and id goes to h mod 2^L, or h mod
+--        2^(L+1) if that is below S (h: the top 32 bits of its SHA-1).
+--        The stats fields fn (far jobs), fl (L) and fs (S) hold the state;
+--        when fn is back to 0 the index starts again from one hash.
+--
+-- A job is far from its ADD to the carry that takes its bucket, FW ms
+-- before the bucket starts: fcarry adds its record to the pool and its id
+-- to the delay zset as an ADD would have. A far job deleted or replaced
+-- leaves its list entry behind (a hole: the index no longer points at it),
+-- which the carry and LIST skip. A bucket holds at most FPOS entries (the
+-- LIST cursor's room); adds beyond that, and past 2092, stay near.
+local EPOCH = 1704067200000 -- 2024-01-01, as ord's
+local FLOAD = 32
+local FPOS = 2 ^ 21 -- a far LIST cursor is FARCUR + b * FPOS + position
+local FARCUR = 2 ^ 44 -- above any near cursor; itself: the near part's start
+local Z8 = '\0\0\0\0\0\0\0\0'
+
+-- the group's far state, read once per call; returns how many far jobs
+local function fstate(g)
+  if not g.fn then
+    local v = call('HMGET', g.stats, 'fn', 'fl', 'fs')
+    g.fn, g.fl, g.fs = tonumber(v[1]) or 0, tonumber(v[2]) or 0, tonumber(v[3]) or 0
+    g.fn0, g.fl0, g.fs0 = g.fn, g.fl, g.fs
+  end
+  return g.fn
+end
+
+local function fkey(g, b) return g.base .. 'f:' .. fmt('%d', b) end
+
+-- the index hash holding id
+local function ikey(g, id)
+  local h = tonumber(ssub(redis.sha1hex(id), 1, 8), 16)
+  local m = 2 ^ g.fl
+  local n = h % m
+  if n < g.fs then n = h % (2 * m) end
+  return g.base .. 'fi:' .. fmt('%d', n), h
+end
+
+-- the bucket (its start, s from 2024) of a delayed job due then, or nil
+-- if the job is near
+local function fbucket(due)
+  if FW <= 0 then return nil end
+  local b = math.floor((due - EPOCH) / FW) * (FW / 1000)
+  if EPOCH + b * 1000 <= now + FW or b >= 2 ^ 31 then return nil end
+  return b
+end
+
+-- a record (delayed) as stored in a far list, and back
+local function tofar(id, r)
+  return string.char(#id - 1) .. id .. ssub(r, 2, 38) .. ssub(r, 47)
+end
+local function unfar(f)
+  local l = sbyte(f, 1) + 1
+  return ssub(f, 2, l + 1), '\0' .. ssub(f, l + 2, l + 38) .. Z8 .. ssub(f, l + 39)
+end
+
+-- the far record of id, or nil
+local function fget(g, id)
+  if fstate(g) == 0 then return nil end
+  local v = call('HGET', (ikey(g, id)), id)
+  if not v then return nil end
+  local b, pos = sunpack('<II', v)
+  local f = call('LINDEX', fkey(g, b), pos)
+  if not f then return nil end
+  local _, r = unfar(f)
+  return r
+end
+
+-- forgets far job id (its list entry becomes a hole); true if it was one
+local function fdel(g, id)
+  if fstate(g) == 0 or call('HDEL', (ikey(g, id)), id) == 0 then return false end
+  g.fn = g.fn - 1
+  return true
+end
+
+-- splits the index hash at the split pointer
+local function split(g)
+  local m = 2 ^ g.fl
+  local from = g.base .. 'fi:' .. fmt('%d', g.fs)
+  local kv = call('HGETALL', from)
+  local mv, gone = {}, {}
+  for i = 1, #kv, 2 do
+    local id = kv[i]
+    if tonumber(ssub(redis.sha1hex(id), 1, 8), 16) % (2 * m) ~= g.fs then
+      mv[#mv + 1] = id
+      mv[#mv + 1] = kv[i + 1]
+      gone[#gone + 1] = id
+    end
+  end
+  if #gone > 0 then
+    callv('HSET', g.base .. 'fi:' .. fmt('%d', g.fs + m), mv)
+    callv('HDEL', from, gone)
+  end
+  g.fs = g.fs + 1
+  if g.fs == m then g.fl = g.fl + 1; g.fs = 0 end
+end
+
+-- appends far jobs: q maps a bucket to its ids and far records (id, f, id,
+-- f, ...), in the order added
+local function fput(g, q)
+  fstate(g)
+  for b, l in pairs(q) do
+    local fs = {}
+    for i = 2, #l, 2 do fs[#fs + 1] = l[i] end
+    local len = callv('RPUSH', fkey(g, b), fs)
+    local pos = len - #fs
+    for i = 1, #l, 2 do
+      call('HSET', (ikey(g, l[i])), l[i], spack('<II', b, pos))
+      pos = pos + 1
+    end
+    local start = EPOCH + b * 1000
+    call('ZADD', g.fz, 'NX', fmt('%d', start), fmt('%d', b))
+    g.fn = g.fn + #fs
+    -- the instances wake for the carry, FW before the bucket starts
+    if not g.h0 then g.h0 = nextdue(g) end
+    if not g.mi or start - FW < g.mi then g.mi = start - FW end
+    while g.fn > FLOAD * (2 ^ g.fl + g.fs) do split(g) end
+  end
+end
+
+-- moves the jobs of the buckets starting by now + FW to the pool and the
+-- delay zset, up to DCHUNK list entries a call; fo holds how far a bucket
+-- got, whose list is deleted when done
+local function fcarry(g)
+  local budget = DCHUNK
+  while budget > 0 do
+    local h = call('ZRANGEBYSCORE', g.fz, '-inf', now + FW, 'LIMIT', 0, 1)
+    if #h == 0 then return end
+    fstate(g)
+    local bs = h[1]
+    local b = tonumber(bs)
+    local key = fkey(g, b)
+    local k = tonumber(call('HGET', g.fo, bs)) or 0
+    local want = math.min(budget, CHUNK)
+    local fs = call('LRANGE', key, k, k + want - 1)
+    local hs, pz = {}, {}
+    for i = 1, #fs do
+      local id, r = unfar(fs[i])
+      local ik = ikey(g, id)
+      if call('HGET', ik, id) == spack('<II', b, k + i - 1) then
+        call('HDEL', ik, id)
+        hs[#hs + 1] = id
+        hs[#hs + 1] = r
+        local due = sunpack('<d', r, 23)
+        pz[#pz + 1] = fmt('%d', due)
+        pz[#pz + 1] = dmember(r, id)
+        insert(g, due, 'd')
+      end
+    end
+    if #hs > 0 then
+      callv('HSET', g.pool, hs)
+      callv('ZADD', g.delay, pz)
+      g.fn = g.fn - #hs / 2
+    end
+    budget = budget - #fs
+    if #fs < want then
+      call('UNLINK', key)
+      call('ZREM', g.fz, bs)
+      call('HDEL', g.fo, bs)
+    else
+      call('HSET', g.fo, bs, k + #fs)
+    end
+  end
+end
+
+-- one page of the far part of a delayed LIST from cursor c (b * FPOS +
+-- position; 0: the first bucket): appends the ids of live far jobs to out
+-- until it holds n more (reading at most about 16 n entries: holes); returns
+-- the next cursor (FARCUR + ...), or nil at the end. Far jobs are listed
+-- before near ones: a job the carry moves during a scan is then listed in
+-- one part or the other.
+local function farpage(g, c, n, out)
+  local b = math.floor(c / FPOS)
+  local pos = c - b * FPOS
+  local o, work = #out, 0
+  fstate(g)
+  while #out - o < n and work < 16 * n + 256 do
+    local h = call('ZRANGEBYSCORE', g.fz, EPOCH + b * 1000, '+inf', 'LIMIT', 0, 1)
+    if #h == 0 then return nil end
+    local nb = tonumber(h[1])
+    if nb ~= b then b = nb; pos = 0 end
+    local want = n - (#out - o)
+    local fs = call('LRANGE', fkey(g, b), pos, pos + want - 1)
+    for i = 1, #fs do
+      local l = sbyte(fs[i], 1) + 1
+      local id = ssub(fs[i], 2, l + 1)
+      if call('HGET', (ikey(g, id)), id) == spack('<II', b, pos + i - 1) then
+        out[#out + 1] = id
+      end
+    end
+    work = work + #fs + 1
+    if #fs < want then b = b + 1; pos = 0 else pos = pos + #fs end
+  end
+  return FARCUR + b * FPOS + pos
+end
+
+-- deletes every far job of the group; returns how many there were
+local function fpurge(g)
+  local n = fstate(g)
+  for _, b in ipairs(call('ZRANGE', g.fz, 0, -1)) do call('UNLINK', g.base .. 'f:' .. b) end
+  local keys = {}
+  for i = 0, 2 ^ g.fl + g.fs - 1 do keys[#keys + 1] = g.base .. 'fi:' .. fmt('%d', i) end
+  keys[#keys + 1] = g.fz
+  keys[#keys + 1] = g.fo
+  for i = 1, #keys, CHUNK do call('UNLINK', unpack(keys, i, math.min(#keys, i + CHUNK - 1))) end
+  g.fn, g.fl, g.fs = 0, 0, 0
+  return n
+end
+
+-- far buckets due for the carry -> pool and delay zset; then due delayed
+-- jobs -> ready (their records are not touched); ended leases -> ready
+-- (attempts <= retries) or dead; both in time order
 local function carry(g)
+  fcarry(g)
   local push, pj = {}, {} -- plain and push ids, in time order
   local e = call('ZRANGEBYSCORE', g.lease, '-inf', nows, 'WITHSCORES', 'LIMIT', 0, CHUNK)
   local m
@@ -188,13 +441,12 @@ local function carry(g)
           back[#back + 1] = id
           btime[#btime + 1] = t
           bpush[#back] = precord(r)
-          hs[#hs + 1] = spack('<B', READY) .. ssub(r, 2, 22) .. spack('<d', t) ..
-            ssub(r, 31, 38) .. spack('<d', 0) .. ssub(r, 47)
+          hs[#hs + 1] = reheader(r, READY, nil, t, 0)
         else
           ndead = ndead + 1
           dz[#dz + 1] = t
           dz[#dz + 1] = id
-          hs[#hs + 1] = spack('<B', DEAD) .. ssub(r, 2, 38) .. spack('<d', 0) .. ssub(r, 47)
+          hs[#hs + 1] = reheader(r, DEAD, nil, nil, 0)
         end
       end
     end
@@ -223,19 +475,6 @@ local function bring(g)
   if not g.carried then
     g.carried = true
     carry(g)
-  end
-end
-
--- before a job is queued in the delay (z 'd') or lease (z 'l') zset at
--- time t: note the next due time the other instances may know of (the head
--- before it), and see that the zset has its sentinel
-local function insert(g, t, z)
-  if not g.h0 then g.h0 = nextdue(g) end
-  if not g.mi or t < g.mi then g.mi = t end
-  if z == 'd' then
-    if not g.sd then g.sd = true; call('ZADD', g.delay, 'NX', '+inf', DSENT) end
-  elseif not g.sl then
-    g.sl = true; call('ZADD', g.lease, 'NX', '+inf', LSENT)
   end
 end
 
@@ -289,19 +528,22 @@ local function run_add(g, q, qm, qt, qe)
     end
   end
   local ex = hmget(g.pool, ids)
+  local far = fstate(g) > 0 -- ids missing from the pool may be far jobs
   local hs, pr, pp, pz, seen = {}, {}, {}, {}, {}
   local nh, npr, nz = 0, 0, 0
+  local fq, flen, nf = {}, {}, 0 -- far jobs by bucket (id, record, ...)
   local function write()
     if nh > 0 then callv('HSET', g.pool, hs); hs = {}; nh = 0 end
     if npr > 0 or #pp > 0 then readyv(g, pr, pp); pr = {}; pp = {}; npr = 0 end
     if nz > 0 then callv('ZADD', g.delay, pz); pz = {}; nz = 0 end
+    if nf > 0 then fput(g, fq); fq = {}; nf = 0; far = true end
   end
   local added = 0
   for i = 1, n do
     local a, id = at[i], ids[i]
     local rec = ARGV[a + 1]
     local code, new = OK, 1
-    if ex[i] or seen[id] then
+    if ex[i] or seen[id] or (far and call('HEXISTS', (ikey(g, id)), id) == 1) then
       new = 0
       local fl = ARGV[a + 4]
       if fl == 'g' then code = TAKEN
@@ -309,26 +551,47 @@ local function run_add(g, q, qm, qt, qe)
       else
         write()
         local old = call('HGET', g.pool, id)
-        if sbyte(old, 1) == RESERVED then code = BUSY
-        else unlink(g, id, old) end
+        if not old then fdel(g, id)
+        elseif sbyte(old, 1) == RESERVED then code = BUSY
+        else unlink(g, id, old); call('HDEL', g.pool, id) end -- the new one may be far
       end
     end
     bt[i][bi[i]] = 48 + code * 2 + new
     if code == OK then
       seen[id] = true
-      hs[nh + 1] = id
-      hs[nh + 2] = rec
-      nh = nh + 2
-      if sbyte(rec, 1) == READY then
-        if sbyte(rec, 47) >= 128 then pp[#pp + 1] = id else npr = npr + 1; pr[npr] = id end
-      else
-        local due = ARGV[a + 2]
-        pz[nz + 1] = due
-        pz[nz + 2] = ARGV[a + 3]
-        nz = nz + 2
-        insert(g, tonumber(due), 'd')
-      end
       added = added + 1
+      local b
+      if sbyte(rec, 1) ~= READY then
+        b = fbucket(tonumber(ARGV[a + 2]))
+        if b then
+          local len = flen[b] or call('LLEN', fkey(g, b))
+          if len < FPOS then
+            flen[b] = len + 1
+            local l = fq[b]
+            if not l then l = {}; fq[b] = l end
+            local k = #l
+            l[k + 1] = id
+            l[k + 2] = tofar(id, rec)
+            nf = nf + 1
+          else
+            b = nil -- the bucket is full: near
+          end
+        end
+      end
+      if not b then
+        hs[nh + 1] = id
+        hs[nh + 2] = rec
+        nh = nh + 2
+        if sbyte(rec, 1) == READY then
+          if sbyte(rec, 47) >= 128 then pp[#pp + 1] = id else npr = npr + 1; pr[npr] = id end
+        else
+          local due = ARGV[a + 2]
+          pz[nz + 1] = due
+          pz[nz + 2] = ARGV[a + 3]
+          nz = nz + 2
+          insert(g, tonumber(due), 'd')
+        end
+      end
     end
   end
   write()
@@ -463,6 +726,8 @@ local function run_del(g, q, qm, qf, qt, qe)
           if sbyte(rec, 1) ~= RESERVED then unlink(g, id, rec) end
           call('HDEL', g.pool, id)
           c = c + 1
+        elseif fdel(g, id) then
+          c = c + 1
         end
       end
       p = p + 1 + ns[r]
@@ -535,6 +800,12 @@ local function finish(g)
   sync(g)
   for f, n in pairs(g.c) do
     if n ~= 0 then call('HINCRBY', g.stats, f, n) end
+  end
+  if g.fn then
+    if g.fn == 0 then g.fl, g.fs = 0, 0 end -- every index hash is empty
+    if g.fn ~= g.fn0 or g.fl ~= g.fl0 or g.fs ~= g.fs0 then
+      call('HSET', g.stats, 'fn', g.fn, 'fl', g.fl, 'fs', g.fs)
+    end
   end
   local nx = -2
   if g.exact or g.moved then
@@ -630,6 +901,18 @@ local function reserve_from(gs, need, rt, list, lenf)
   end
 end
 
+-- get: id -> code, then 1 id record if the job exists (for a far job the
+-- record it will have in the pool). Lazy: the server reports the state the
+-- next carry will give the job.
+OPS.get = function(gs, a, rt)
+  local g = gs[1]
+  open(g, true)
+  local id = ARGV[a]
+  rt[1] = OK
+  local r = call('HGET', g.pool, id) or fget(g, id)
+  if r then rt[2], rt[3], rt[4] = 1, id, r end
+end
+
 -- reserve: count; groups in order -> code, then gidx id record per job (the
 -- record as written: state reserved, attempts and deadline updated)
 OPS.reserve = function(gs, a, rt)
@@ -658,7 +941,7 @@ OPS.nack = function(gs, a, rt)
   local id = ARGV[a]
   local r = call('HGET', g.pool, id)
   if not r or sbyte(r, 1) ~= RESERVED then rt[1] = NOTRESERVED; return end
-  local st, att, ttr, ret, bk, bb, bm, due, cr = sunpack(HDR, r)
+  local st, att, _, ret, bk, bb, bm, due = sunpack(HDR, r)
   cnt(g, 'xlease', call('ZREM', g.lease, id))
   cnt(g, 'nacked', 1)
   local d = tonumber(ARGV[a + 1])
@@ -674,7 +957,7 @@ OPS.nack = function(gs, a, rt)
   else
     st = DEAD; call('ZADD', g.dead, nows, id); cnt(g, 'dead', 1)
   end
-  call('HSET', g.pool, id, spack(HDR, st, att, ttr, ret, bk, bb, bm, due, cr, 0) .. ssub(r, 47))
+  call('HSET', g.pool, id, reheader(r, st, nil, due, 0))
   rt[1], rt[2] = OK, st
 end
 
@@ -691,7 +974,7 @@ OPS.touch = function(gs, a, rt)
   insert(g, dl, 'l')
   call('ZADD', g.lease, fmt('%d', dl), id)
   cnt(g, 'xlease', 1) -- it moved: as if removed (LIST's positions, see listpage)
-  call('HSET', g.pool, id, ssub(r, 1, 38) .. spack('<d', dl) .. ssub(r, 47))
+  call('HSET', g.pool, id, reheader(r, RESERVED, nil, nil, dl))
   rt[1], rt[2] = OK, dl
 end
 
@@ -706,7 +989,7 @@ OPS.release = function(gs, a, rt)
   local att = sunpack('<I', r, 2)
   if att > 0 then att = att - 1 end
   cnt(g, 'xlease', call('ZREM', g.lease, id))
-  call('HSET', g.pool, id, spack('<BI', READY, att) .. ssub(r, 6, 38) .. spack('<d', 0) .. ssub(r, 47))
+  call('HSET', g.pool, id, reheader(r, READY, att, nil, 0))
   ready1(g, 'LPUSH', id, r)
   cnt(g, 'reserved', -1)
   rt[2] = 1
@@ -721,8 +1004,7 @@ OPS.kickjob = function(gs, a, rt)
   local r = call('HGET', g.pool, id)
   if not r or sbyte(r, 1) ~= DEAD then return end
   cnt(g, 'xdead', call('ZREM', g.dead, id))
-  call('HSET', g.pool, id, spack('<BI', READY, 0) .. ssub(r, 6, 22) .. spack('<d', now) ..
-    ssub(r, 31, 38) .. spack('<d', 0) .. ssub(r, 47))
+  call('HSET', g.pool, id, reheader(r, READY, 0, now, 0))
   ready1(g, 'RPUSH', id, r)
   cnt(g, 'kicked', 1)
   rt[2] = 1
@@ -748,8 +1030,7 @@ OPS.kick = function(gs, a, rt)
         local r = recs[i]
         if r then
           hs[#hs + 1] = ids[i]
-          hs[#hs + 1] = spack('<BI', READY, 0) .. ssub(r, 6, 22) .. spack('<d', now) ..
-            ssub(r, 31, 38) .. spack('<d', 0) .. ssub(r, 47)
+          hs[#hs + 1] = reheader(r, READY, 0, now, 0)
           if precord(r) then pj[#pj + 1] = ids[i] else push[#push + 1] = ids[i] end
         end
       end
@@ -804,6 +1085,22 @@ local function readyrange(g, i, n)
   return out
 end
 local function listpage(g, st, mode, cur, n, out)
+  if st == DELAYED and mode == '0' then -- the far jobs first (farpage)
+    local c = tonumber(cur)
+    if cur == '0' or c > FARCUR then
+      local o = #out
+      local nc = farpage(g, cur == '0' and 0 or c - FARCUR, n, out)
+      if nc then return '0', fmt('%d', nc) end
+      n = n - (#out - o)
+      if n <= 0 then
+        if zcount(g.delay) == 0 then return '0', '0' end
+        return '0', fmt('%d', FARCUR)
+      end
+      cur = '0'
+    elseif c == FARCUR then
+      cur = '0'
+    end
+  end
   local key, size, skip = g.dead, 0, 1
   if st == READY then
     key = g.ready
@@ -878,7 +1175,7 @@ OPS.purge = function(gs, a, rt)
     g.exact = true
     g.rlen = nil
     g.plen = nil
-    local n = call('HLEN', g.pool)
+    local n = call('HLEN', g.pool) + fpurge(g)
     call('UNLINK', g.pool, g.ready, g.delay, g.lease, g.dead, g.pready)
     cnt(g, 'deleted', n)
     total = total + n
@@ -894,7 +1191,7 @@ OPS.stats = function(gs, a, rt)
   local oldest = 0 -- due time of the oldest ready job, 0 = none
   for _, g in ipairs(gs) do
     open(g)
-    s[1] = s[1] + zcount(g.delay)
+    s[1] = s[1] + zcount(g.delay) + fstate(g)
     s[2] = s[2] + call('LLEN', g.ready) + call('LLEN', g.pready)
     local head = call('LINDEX', g.ready, 0)
     local r = head and call('HGET', g.pool, head)
@@ -914,14 +1211,15 @@ OPS.stats = function(gs, a, rt)
   rt[14] = oldest
 end
 
--- carry: bring the groups up to date -> code, jobs held per group
+-- carry: bring the groups up to date -> code, jobs held per group (pool and
+-- far)
 OPS.carry = function(gs, a, rt)
   rt[1] = OK
   for i, g in ipairs(gs) do
     open(g)
     g.exact = true
     g.pw = true
-    rt[i + 1] = call('HLEN', g.pool)
+    rt[i + 1] = call('HLEN', g.pool) + fstate(g)
   end
 end
 
@@ -936,12 +1234,15 @@ local function main(keys, args)
   nows = ARGV[1]
   now = tonumber(nows)
   inst, chan = ARGV[2], ARGV[3]
-  local G = tonumber(ARGV[4])
+  FW = tonumber(ARGV[4])
+  local G = tonumber(ARGV[5])
   local groups = {}
-  local p = 5
+  local p = 6
   for i = 1, G do
     local b = (i - 1) * 7
+    local base = ssub(KEYS[b + 1], 1, -5) -- the tag and ':', before 'pool'
     groups[i] = {pool = KEYS[b + 1], ready = KEYS[b + 2], delay = KEYS[b + 3],
+      base = base, fz = base .. 'fz', fo = base .. 'fo',
       lease = KEYS[b + 4], dead = KEYS[b + 5], stats = KEYS[b + 6], pready = KEYS[b + 7],
       topic = ARGV[p], shard = ARGV[p + 1], cf = ARGV[p + 2],
       qa = {}, qam = {}, qat = {}, qae = {},
