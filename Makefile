@@ -21,11 +21,12 @@ LAYERS     := lib proto engine store core push front
 lib_SRC    := $(addprefix src/lib/,base64.c buf.c clock.c crc32c.c duration.c hist.c \
                 htab.c listen.c log.c slab.c url.c wheel.c xalloc.c) src/job.c
 proto_SRC  := src/proto/resp.c
-engine_SRC := src/engine/engine.c
+engine_SRC := src/engine/engine.c src/engine/engine_far.c
 store_SRC  := $(addprefix src/store/,store.c result.c \
-                embedded.c tier.c tier_check.c wal.c wal_codec.c wal_compact.c wal_replay.c wal_sync.c \
+                embedded.c embedded_mem.c embedded_repair.c \
+                tier.c tier_check.c wal.c wal_codec.c wal_compact.c wal_replay.c wal_sync.c \
                 redis.c redis_client.c redis_plan.c redis_rec.c redis_reply.c redis_sched.c \
-                redis_url.c)
+                redis_sentinel.c redis_url.c)
 core_SRC   := $(addprefix src/core/,core.c metrics.c push_note.c snapshot.c wait.c)
 push_SRC   := src/push/push.c
 front_SRC  := $(addprefix src/front/,resp/commands.c resp/conn.c resp/listener.c \

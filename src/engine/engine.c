@@ -18,12 +18,17 @@
  *
  * A topic exists while it holds a job; its counters go with it, the global
  * counters stay.
+ *
+ * Far jobs (stubs: an id and a ref) live in engine_far.c; this file only
+ * adds them (engine_add_far), finds them where ADD, DEL and restores look
+ * for an id, and frees them with their topic. engine_int.h shares the
+ * structs and the helpers both files use.
  */
 #include <assert.h>
 #include <stddef.h>
 #include <string.h>
 
-#include "engine/engine.h"
+#include "engine/engine_int.h"
 #include "lib/htab.h"
 #include "lib/slab.h"
 #include "lib/wheel.h"
@@ -40,26 +45,7 @@
 #define PREFETCH_MAX 64   /* keys one engine_prefetch call looks at */
 #define PREFETCH_DEPTH 2  /* chain nodes it loads after the bucket */
 #define PURGE_NOW 4096    /* a PURGE of more jobs frees them later */
-#define FARQ_MAX (1u << 20)  /* far jobs engine_far_queue sorts at a time */
-#define FARQ_AHEAD 32        /* ... whose chains it loads ahead of use */
 #define STUBS_AHEAD_MIN (64u << 20) /* far entries worth faulting in ahead */
-
-struct topic;
-
-/* The id table link sits right before the id so that walking a chain
- * touches one cache line per job (the link, the length and the id). */
-struct job {
-    struct wheel_node node; /* wheel (delayed, reserved) or a topic list */
-    struct topic *topic;
-    uint64_t due : 48, attempts : 16;
-    uint64_t created : 48, retries : 16;
-    uint32_t ttr : 30, state : 2;
-    uint32_t body_len : 30, backoff_fixed : 1, push : 1;
-    uint32_t backoff_base, backoff_max;
-    struct hnode hnode; /* the topic's id table */
-    uint8_t id_len1;    /* id length - 1 (ids are 1..256 bytes) */
-    char data[];        /* id, body, then the push tail if push is set */
-};
 
 /* A push job (§9) ends with a tail after its body: url_len:u16 ct_len:u8,
  * then the URL and the content type. Jobs without a URL carry nothing. */
@@ -70,75 +56,6 @@ _Static_assert(DQ_TTR_MAX <= TTR_MAX, "ttr field too narrow");
 _Static_assert(DQ_RETRIES_MAX <= RETRIES_MAX, "retries field too narrow");
 _Static_assert(DQ_ID_MAX <= 256, "id length field too narrow");
 _Static_assert(DQ_TOPIC_MAX <= 255, "topic length field too narrow");
-
-/* A far job (engine_add_far): only its id and where its store keeps it. */
-struct stub {
-    struct hnode hnode; /* the topic's far table */
-    uint8_t id_len1;
-    uint8_t ref[6];     /* slot:u16, offset:u32, little-endian */
-    char id[];
-};
-
-#define REF_MAX ((UINT64_C(1) << 48) - 1)
-
-/* engine_far_queue: a far job waiting to be restored. */
-struct far_pend {
-    uint64_t h;      /* its id's hash */
-    struct topic *t;
-    uint64_t ref;
-    uint32_t id_off; /* its id, in far_queue.ids */
-    uint16_t id_len;
-    uint16_t key;    /* the top 16 bits of its far-table bucket's index */
-};
-
-_Static_assert(sizeof(struct far_pend) == 32, "far_pend grew");
-
-struct far_queue {
-    struct far_pend *p, *tmp; /* tmp: the radix sort's other half */
-    uint32_t n, cap;
-    char *ids;
-    size_t ids_len, ids_cap;
-};
-
-struct topic {
-    struct hnode hnode; /* the engine's topic table */
-    uint64_t hash;
-    struct htab jobs;   /* id -> job */
-    struct htab far;    /* id -> stub (delayed jobs held by the store) */
-    struct wheel_node ready, dead; /* list heads */
-    struct wheel_node pushq;    /* ready push jobs: the pusher's FIFO */
-    uint64_t npush;             /* jobs on pushq */
-    struct dq_stats st;
-    struct wheel_node idle;     /* on the engine's idle list while jobless */
-    uint64_t expect;            /* engine_expect: jobs announced */
-    uint64_t expect_far;        /* engine_expect_far: far jobs announced */
-    struct topic *touched_next; /* engine_advance: topics that gained ready */
-    bool touched;
-    bool purged;                /* a grave: its jobs are being freed */
-    struct topic *grave_next;
-    uint64_t reap_pos;          /* htab_drain's position */
-    uint8_t name_len;
-    char name[];
-};
-
-struct engine {
-    uint64_t max_jobs;
-    struct engine_hooks hooks;
-    struct dq_stats st; /* global counters and jobs per state */
-    uint64_t count;     /* jobs, far ones included */
-    uint64_t nfar;
-    struct slab stubs;  /* far jobs: no malloc header, 8-byte rounding */
-    struct slab jobs;   /* jobs up to SLAB_MAX bytes (the rest: malloc), so
-                           pages go back to the system as jobs go */
-    struct htab topics;
-    struct topic *last; /* the topic found last (most calls repeat it) */
-    struct wheel_node idle; /* topics without jobs, oldest first */
-    struct topic *graves;   /* purged topics whose jobs are freed bit by bit */
-    uint64_t nidle;
-    struct wheel wheel;
-    struct far_queue farq; /* engine_far_queue */
-    uint64_t expect_stubs; /* engine_expect_far: bytes of far entries */
-};
 
 /* --- small helpers ---------------------------------------------------------- */
 
@@ -155,24 +72,6 @@ static struct topic *topic_of_h(const struct hnode *n) {
 }
 
 static size_t id_len(const struct job *j) { return (size_t)j->id_len1 + 1; }
-
-static struct stub *stub_of_h(const struct hnode *n) {
-    return (struct stub *)((char *)n - offsetof(struct stub, hnode));
-}
-
-static struct dq_str stub_id(const struct stub *f) {
-    return (struct dq_str){f->id, (size_t)f->id_len1 + 1};
-}
-
-static uint64_t stub_ref(const struct stub *f) {
-    uint64_t r = 0;
-    for (int i = 5; i >= 0; i--) r = r << 8 | f->ref[i];
-    return r;
-}
-
-static void stub_set_ref(struct stub *f, uint64_t r) {
-    for (int i = 0; i < 6; i++, r >>= 8) f->ref[i] = (uint8_t)r;
-}
 
 /* Jobs of a topic, far ones included. */
 static uint64_t topic_count(const struct topic *t) {
@@ -258,16 +157,11 @@ static uint64_t job_rehash(const struct hnode *n) {
     return htab_hash_bytes(j->data, id_len(j));
 }
 
-static uint64_t stub_rehash(const struct hnode *n) {
-    struct dq_str id = stub_id(stub_of_h(n));
-    return htab_hash_bytes(id.p, id.len);
-}
-
 static bool topic_is(const struct topic *t, struct dq_str name) {
     return t->name_len == name.len && memcmp(t->name, name.p, name.len) == 0;
 }
 
-static struct topic *topic_lookup(const struct engine *e, struct dq_str name) {
+struct topic *en_topic_lookup(const struct engine *e, struct dq_str name) {
     if (e->last && topic_is(e->last, name)) return e->last;
     uint64_t h = htab_hash_bytes(name.p, name.len);
     for (struct hnode *n = htab_bucket(&e->topics, h); n; n = n->next) {
@@ -277,13 +171,13 @@ static struct topic *topic_lookup(const struct engine *e, struct dq_str name) {
     return NULL;
 }
 
-static struct topic *topic_get(struct engine *e, struct dq_str name) {
-    struct topic *t = topic_lookup(e, name);
+struct topic *en_topic_get(struct engine *e, struct dq_str name) {
+    struct topic *t = en_topic_lookup(e, name);
     if (t) e->last = t;
     return t;
 }
 
-static struct topic *topic_create(struct engine *e, struct dq_str name) {
+struct topic *en_topic_create(struct engine *e, struct dq_str name) {
     assert(name.len >= 1 && name.len <= 255);
     struct topic *t = dq_malloc(offsetof(struct topic, name) + name.len);
     if (!t) return NULL;
@@ -292,7 +186,7 @@ static struct topic *topic_create(struct engine *e, struct dq_str name) {
         dq_free(t);
         return NULL;
     }
-    if (htab_init(&t->far, 1, stub_rehash) < 0) {
+    if (htab_init(&t->far, 1, en_stub_rehash) < 0) {
         htab_destroy(&t->jobs);
         dq_free(t);
         return NULL;
@@ -310,7 +204,7 @@ static struct topic *topic_create(struct engine *e, struct dq_str name) {
 }
 
 /* Frees t, whose jobs are already gone. */
-static void topic_free(struct engine *e, struct topic *t) {
+void en_topic_free(struct engine *e, struct topic *t) {
     if (!list_empty(&t->idle)) {
         list_unlink(&t->idle);
         e->nidle--;
@@ -332,12 +226,12 @@ static void topic_free_if_empty(struct engine *e, struct topic *t) {
     while (e->nidle > IDLE_TOPICS_MAX) {
         struct topic *old = (struct topic *)((char *)e->idle.next -
                                              offsetof(struct topic, idle));
-        topic_free(e, old);
+        en_topic_free(e, old);
     }
 }
 
 /* t gains a job: it is no longer idle. */
-static void topic_use(struct engine *e, struct topic *t) {
+void en_topic_use(struct engine *e, struct topic *t) {
     if (list_empty(&t->idle)) return;
     list_unlink(&t->idle);
     list_init(&t->idle);
@@ -356,8 +250,8 @@ static void notify_ready(struct engine *e, struct topic *t) {
 
 /* --- jobs ------------------------------------------------------------------- */
 
-static struct job *job_find(const struct topic *t, struct dq_str id,
-                            uint64_t h) {
+struct job *en_job_find(const struct topic *t, struct dq_str id,
+                        uint64_t h) {
     for (struct hnode *n = htab_bucket(&t->jobs, h); n; n = n->next) {
         struct job *j = job_of_h(n);
         if (id_len(j) == id.len && memcmp(j->data, id.p, id.len) == 0)
@@ -366,43 +260,19 @@ static struct job *job_find(const struct topic *t, struct dq_str id,
     return NULL;
 }
 
-static struct stub *stub_find(const struct topic *t, struct dq_str id,
-                              uint64_t h) {
-    for (struct hnode *n = htab_bucket(&t->far, h); n; n = n->next) {
-        struct stub *f = stub_of_h(n);
-        if ((size_t)f->id_len1 + 1 == id.len &&
-            memcmp(f->id, id.p, id.len) == 0)
-            return f;
-    }
-    return NULL;
-}
-
-/* Unlinks and frees a far job, telling the store its record is dead. */
-static void stub_remove(struct engine *e, struct topic *t, struct stub *f,
-                        uint64_t h, bool tell) {
-    htab_remove(&t->far, &f->hnode, h);
-    t->st.jobs[DQ_DELAYED]--;
-    e->st.jobs[DQ_DELAYED]--;
-    e->count--;
-    e->nfar--;
-    if (tell && e->hooks.on_far_drop)
-        e->hooks.on_far_drop(e->hooks.ud, stub_ref(f));
-    slab_free(&e->stubs, f);
-}
-
 /* The job topic/id, or NULL; *tp receives its topic. */
 static struct job *find(struct engine *e, struct dq_str topic, struct dq_str id,
                         struct topic **tp, uint64_t *hp) {
-    struct topic *t = topic_get(e, topic);
+    struct topic *t = en_topic_get(e, topic);
     if (!t) return NULL;
     uint64_t h = htab_hash_bytes(id.p, id.len);
     if (tp) *tp = t;
     if (hp) *hp = h;
-    return job_find(t, id, h);
+    return en_job_find(t, id, h);
 }
 
 /* Links j where `state` keeps it (appending to lists) and counts it. */
-static void place(struct engine *e, struct job *j, int state, int64_t when) {
+void en_place(struct engine *e, struct job *j, int state, int64_t when) {
     j->state = (uint32_t)state;
     switch (state) {
     case DQ_DELAYED:
@@ -438,9 +308,9 @@ static void unplace(struct engine *e, struct job *j) {
 }
 
 /* A job of topic t; url.len 0 = not a push job (no tail). */
-static struct job *job_alloc(struct engine *e, struct topic *t,
-                             struct dq_str id, struct dq_str body,
-                             struct dq_str url, struct dq_str ctype) {
+struct job *en_job_alloc(struct engine *e, struct topic *t,
+                         struct dq_str id, struct dq_str body,
+                         struct dq_str url, struct dq_str ctype) {
     assert(id.len >= 1 && id.len <= DQ_ID_MAX);
     assert(url.len <= DQ_URL_MAX && ctype.len <= DQ_CTYPE_MAX);
     bool push = url.len > 0;
@@ -465,9 +335,9 @@ static struct job *job_alloc(struct engine *e, struct topic *t,
     return j;
 }
 
-static void job_options(struct job *j, int64_t due, int64_t created,
-                        uint32_t ttr, uint32_t retries, uint32_t attempts,
-                        const struct dq_backoff *b) {
+void en_job_options(struct job *j, int64_t due, int64_t created,
+                    uint32_t ttr, uint32_t retries, uint32_t attempts,
+                    const struct dq_backoff *b) {
     j->due = (uint64_t)clamp_time(due);
     j->created = (uint64_t)clamp_time(created);
     j->ttr = ttr > TTR_MAX ? TTR_MAX : ttr;
@@ -496,7 +366,7 @@ static void job_free(struct engine *e, struct job *j) {
 }
 
 /* Unlinks and frees j (not its topic). h is the hash of its id. */
-static void job_remove(struct engine *e, struct job *j, uint64_t h) {
+void en_job_remove(struct engine *e, struct job *j, uint64_t h) {
     unplace(e, j);
     htab_remove(&j->topic->jobs, &j->hnode, h);
     e->count--;
@@ -504,13 +374,6 @@ static void job_remove(struct engine *e, struct job *j, uint64_t h) {
 }
 
 /* --- API -------------------------------------------------------------------- */
-
-static void far_queue_free(struct far_queue *q) {
-    dq_free(q->p);
-    dq_free(q->tmp);
-    dq_free(q->ids);
-    memset(q, 0, sizeof *q);
-}
 
 struct engine *engine_new(const struct engine_config *cfg, int64_t now) {
     struct engine *e = dq_calloc(1, sizeof *e);
@@ -532,15 +395,11 @@ static void free_job_cb(void *ud, struct hnode *n) {
     job_free(ud, job_of_h(n));
 }
 
-static void free_stub_cb(void *ud, struct hnode *n) {
-    slab_free(&((struct engine *)ud)->stubs, stub_of_h(n));
-}
-
 static void free_topic_cb(void *ud, struct hnode *n) {
     struct topic *t = topic_of_h(n);
     htab_foreach(&t->jobs, free_job_cb, ud);
     htab_destroy(&t->jobs);
-    htab_foreach(&t->far, free_stub_cb, ud);
+    htab_foreach(&t->far, en_stub_free_cb, ud);
     htab_destroy(&t->far);
     dq_free(t);
 }
@@ -554,7 +413,7 @@ void engine_free(struct engine *e) {
         e->graves = g->grave_next;
         free_topic_cb(e, &g->hnode);
     }
-    far_queue_free(&e->farq);
+    en_far_queue_free(&e->farq);
     slab_destroy(&e->stubs);
     slab_destroy(&e->jobs);
     dq_free(e);
@@ -565,10 +424,10 @@ void engine_free(struct engine *e) {
 static int add(struct engine *e, int64_t now, const struct dq_add *a,
                bool far, uint64_t ref, struct dq_job *out) {
     if (a->body.len > BODY_MAX) return ENGINE_ENOMEM;
-    struct topic *t = topic_get(e, a->topic);
+    struct topic *t = en_topic_get(e, a->topic);
     uint64_t h = htab_hash_bytes(a->id.p, a->id.len);
-    struct job *old = t ? job_find(t, a->id, h) : NULL;
-    struct stub *oldf = t && !old ? stub_find(t, a->id, h) : NULL;
+    struct job *old = t ? en_job_find(t, a->id, h) : NULL;
+    struct stub *oldf = t && !old ? en_stub_find(t, a->id, h) : NULL;
     if (old || oldf) {
         if (!a->replace) return ENGINE_EEXISTS;
         if (old && old->state == DQ_RESERVED) return ENGINE_EBUSY;
@@ -577,28 +436,23 @@ static int add(struct engine *e, int64_t now, const struct dq_add *a,
     }
     bool created = false;
     if (!t) {
-        if (!(t = topic_create(e, a->topic))) return ENGINE_ENOMEM;
+        if (!(t = en_topic_create(e, a->topic))) return ENGINE_ENOMEM;
         created = true;
     }
     struct job *j = NULL;
     struct stub *f = NULL;
     if (far) {
-        f = slab_alloc(&e->stubs, offsetof(struct stub, id) + a->id.len);
-        if (f) {
-            f->id_len1 = (uint8_t)(a->id.len - 1);
-            memcpy(f->id, a->id.p, a->id.len);
-            stub_set_ref(f, ref);
-        }
+        f = en_stub_new(e, a->id, ref);
     } else {
-        j = job_alloc(e, t, a->id, a->body, a->url, a->content_type);
+        j = en_job_alloc(e, t, a->id, a->body, a->url, a->content_type);
     }
     if (!j && !f) {
-        if (created) topic_free(e, t);
+        if (created) en_topic_free(e, t);
         return ENGINE_ENOMEM;
     }
-    topic_use(e, t);
-    if (old) job_remove(e, old, h);
-    if (oldf) stub_remove(e, t, oldf, h, true);
+    en_topic_use(e, t);
+    if (old) en_job_remove(e, old, h);
+    if (oldf) en_stub_remove(e, t, oldf, h, true);
     t->st.added++;
     e->st.added++;
     e->count++;
@@ -609,10 +463,10 @@ static int add(struct engine *e, int64_t now, const struct dq_add *a,
         e->st.jobs[DQ_DELAYED]++;
         return DQ_DELAYED;
     }
-    job_options(j, a->due, now, a->ttr, a->retries, 0, &a->backoff);
+    en_job_options(j, a->due, now, a->ttr, a->retries, 0, &a->backoff);
     htab_insert(&t->jobs, &j->hnode, h);
     int state = (int64_t)j->due <= now ? DQ_READY : DQ_DELAYED;
-    place(e, j, state, (int64_t)j->due);
+    en_place(e, j, state, (int64_t)j->due);
     if (out) view(j, out);
     if (state == DQ_READY) notify_ready(e, t);
     return state;
@@ -629,195 +483,16 @@ int engine_add_far(struct engine *e, int64_t now, const struct dq_add *a,
     return add(e, now, a, true, ref, NULL);
 }
 
-/* engine_restore_far in topic t (which exists), for an id of hash h. */
-static int restore_far(struct engine *e, struct topic *t, struct dq_str id,
-                       uint64_t h, uint64_t ref) {
-    struct job *old = htab_count(&t->jobs) ? job_find(t, id, h) : NULL;
-    if (old) job_remove(e, old, h); /* a reserved one too: the record wins */
-    struct stub *f = htab_count(&t->far) ? stub_find(t, id, h) : NULL;
-    if (f) { /* moved, or replaced by another far job */
-        if (e->hooks.on_far_drop)
-            e->hooks.on_far_drop(e->hooks.ud, stub_ref(f));
-        stub_set_ref(f, ref);
-        if (e->hooks.on_far_restore) e->hooks.on_far_restore(e->hooks.ud, ref);
-        return 0;
-    }
-    f = slab_alloc(&e->stubs, offsetof(struct stub, id) + id.len);
-    if (!f) return ENGINE_ENOMEM;
-    f->id_len1 = (uint8_t)(id.len - 1);
-    memcpy(f->id, id.p, id.len);
-    stub_set_ref(f, ref);
-    topic_use(e, t);
-    htab_insert(&t->far, &f->hnode, h);
-    e->nfar++;
-    e->count++;
-    t->st.jobs[DQ_DELAYED]++;
-    e->st.jobs[DQ_DELAYED]++;
-    if (e->hooks.on_far_restore) e->hooks.on_far_restore(e->hooks.ud, ref);
-    return 0;
-}
-
-int engine_restore_far(struct engine *e, struct dq_str topic,
-                       struct dq_str id, uint64_t ref) {
-    assert(ref <= REF_MAX);
-    struct topic *t = topic_get(e, topic);
-    bool created = false;
-    if (!t) {
-        if (!(t = topic_create(e, topic))) return ENGINE_ENOMEM;
-        created = true;
-    }
-    int rc = restore_far(e, t, id, htab_hash_bytes(id.p, id.len), ref);
-    if (rc < 0 && created) topic_free(e, t);
-    return rc;
-}
-
-/* Sorts the queue by bucket (two stable passes of a radix sort, so that
- * records of one id keep their order) and restores it in that order: the
- * far tables' buckets are then visited in memory order and the new stubs
- * lie in that order too, instead of one random cache and TLB miss after
- * another (100 million far jobs: a table of half a gigabyte). */
-static int far_queue_run(struct engine *e) {
-    struct far_queue *q = &e->farq;
-    for (int pass = 0; pass < 2; pass++) {
-        uint32_t at[256] = {0};
-        struct far_pend *src = pass ? q->tmp : q->p;
-        struct far_pend *dst = pass ? q->p : q->tmp;
-        int shift = 8 * pass;
-        for (uint32_t i = 0; i < q->n; i++) at[src[i].key >> shift & 0xff]++;
-        uint32_t sum = 0;
-        for (int k = 0; k < 256; k++) {
-            uint32_t c = at[k];
-            at[k] = sum;
-            sum += c;
-        }
-        for (uint32_t i = 0; i < q->n; i++)
-            dst[at[src[i].key >> shift & 0xff]++] = src[i];
-    }
-    int rc = 0;
-    for (uint32_t i = 0; i < q->n && rc == 0; i++) {
-        for (int d = 0; d < 3; d++) {
-            uint32_t k = i + (uint32_t)(FARQ_AHEAD >> d);
-            if (k < q->n) htab_prefetch(&q->p[k].t->far, q->p[k].h, d);
-        }
-        if (i + FARQ_AHEAD / 2 < q->n)
-            __builtin_prefetch(q->ids + q->p[i + FARQ_AHEAD / 2].id_off);
-        const struct far_pend *a = &q->p[i];
-        rc = restore_far(e, a->t, (struct dq_str){q->ids + a->id_off, a->id_len},
-                         a->h, a->ref);
-    }
-    q->n = 0;
-    q->ids_len = 0;
-    return rc;
-}
-
-/* Room for one more job of id length len; false if memory ran out. */
-static bool far_queue_room(struct far_queue *q, size_t len) {
-    if (q->n == q->cap) {
-        uint32_t cap = q->cap ? 2 * q->cap : 1024;
-        struct far_pend *p = dq_realloc(q->p, cap * sizeof *p);
-        if (!p) return false;
-        q->p = p;
-        struct far_pend *tmp = dq_realloc(q->tmp, cap * sizeof *tmp);
-        if (!tmp) return false;
-        q->tmp = tmp;
-        q->cap = cap;
-    }
-    if (q->ids_len + len > q->ids_cap) {
-        size_t cap = q->ids_cap ? 2 * q->ids_cap : 16384;
-        while (cap < q->ids_len + len) cap *= 2;
-        char *ids = dq_realloc(q->ids, cap);
-        if (!ids) return false;
-        q->ids = ids;
-        q->ids_cap = cap;
-    }
-    return true;
-}
-
-int engine_far_queue(struct engine *e, struct dq_str topic, struct dq_str id,
-                     uint64_t ref) {
-    assert(ref <= REF_MAX);
-    struct far_queue *q = &e->farq;
-    if (q->n == FARQ_MAX) {
-        int rc = far_queue_run(e);
-        if (rc < 0) return rc;
-    }
-    struct topic *t = topic_get(e, topic);
-    if (!t || !far_queue_room(q, id.len)) {
-        int rc = engine_far_flush(e);
-        return rc < 0 ? rc : engine_restore_far(e, topic, id, ref);
-    }
-    topic_use(e, t); /* off the idle list: nothing frees it meanwhile */
-    uint64_t h = htab_hash_bytes(id.p, id.len), mask = htab_mask(&t->far);
-    int bits = mask ? 64 - __builtin_clzll(mask) : 0;
-    struct far_pend *a = &q->p[q->n++];
-    a->h = h;
-    a->t = t;
-    a->ref = ref;
-    a->id_off = (uint32_t)q->ids_len;
-    a->id_len = (uint16_t)id.len;
-    a->key = (uint16_t)((h & mask) >> (bits > 16 ? bits - 16 : 0));
-    memcpy(q->ids + q->ids_len, id.p, id.len);
-    q->ids_len += id.len;
-    return 0;
-}
-
-int engine_far_flush(struct engine *e) {
-    return e->farq.n ? far_queue_run(e) : 0;
-}
-
-int engine_far_ref(const struct engine *e, struct dq_str topic,
-                   struct dq_str id, uint64_t *ref) {
-    const struct topic *t = topic_lookup(e, topic);
-    if (!t || htab_count(&t->far) == 0) return 0;
-    const struct stub *f = stub_find(t, id, htab_hash_bytes(id.p, id.len));
-    if (!f) return 0;
-    if (ref) *ref = stub_ref(f);
-    return 1;
-}
-
-int engine_load(struct engine *e, int64_t now, const struct dq_job *src,
-                uint64_t ref) {
-    struct topic *t = topic_get(e, src->topic);
-    if (!t || htab_count(&t->far) == 0) return 0;
-    uint64_t h = htab_hash_bytes(src->id.p, src->id.len);
-    struct stub *f = stub_find(t, src->id, h);
-    if (!f || stub_ref(f) != ref) return 0;
-    struct job *j =
-        job_alloc(e, t, src->id, src->body, src->url, src->content_type);
-    if (!j) return ENGINE_ENOMEM;
-    stub_remove(e, t, f, h, false);
-    job_options(j, src->due, src->created, src->ttr, src->retries,
-                src->attempts, &src->backoff);
-    htab_insert(&t->jobs, &j->hnode, h);
-    e->count++;
-    /* through the wheel even if due already, so that it turns ready in
-     * due-time order with the others at the next engine_advance */
-    place(e, j, DQ_DELAYED, (int64_t)j->due);
-    return 1;
-}
-
-int engine_far_move(struct engine *e, struct dq_str topic, struct dq_str id,
-                    uint64_t from, uint64_t to) {
-    struct topic *t = topic_get(e, topic);
-    if (!t || htab_count(&t->far) == 0) return 0;
-    struct stub *f = stub_find(t, id, htab_hash_bytes(id.p, id.len));
-    if (!f || stub_ref(f) != from) return 0;
-    stub_set_ref(f, to);
-    return 1;
-}
-
-uint64_t engine_far_count(const struct engine *e) { return e->nfar; }
-
 /* DEL and ACK. */
 static int drop(struct engine *e, struct dq_str topic, struct dq_str id,
                 bool ack) {
     struct topic *t = NULL;
     uint64_t h = 0;
     struct job *j = find(e, topic, id, &t, &h);
-    struct stub *f = !j && t && htab_count(&t->far) ? stub_find(t, id, h)
+    struct stub *f = !j && t && htab_count(&t->far) ? en_stub_find(t, id, h)
                                                     : NULL;
-    if (j) job_remove(e, j, h);
-    else if (f) stub_remove(e, t, f, h, true);
+    if (j) en_job_remove(e, j, h);
+    else if (f) en_stub_remove(e, t, f, h, true);
     else return 0;
     if (ack) {
         t->st.acked++;
@@ -844,7 +519,7 @@ void engine_prefetch(const struct engine *e, const struct dq_str *keys,
     uint64_t h[PREFETCH_MAX];
     if (n > PREFETCH_MAX) n = PREFETCH_MAX;
     for (size_t i = 0; i < n; i++) {
-        const struct topic *t = topic_lookup(e, keys[2 * i]);
+        const struct topic *t = en_topic_lookup(e, keys[2 * i]);
         tab[i] = t && htab_count(&t->jobs) ? &t->jobs : NULL;
         far[i] = t && htab_count(&t->far) ? &t->far : NULL;
         h[i] = htab_hash_bytes(keys[2 * i + 1].p, keys[2 * i + 1].len);
@@ -860,9 +535,9 @@ void engine_prefetch(const struct engine *e, const struct dq_str *keys,
 
 int engine_get(const struct engine *e, struct dq_str topic, struct dq_str id,
                struct dq_job *out) {
-    const struct topic *t = topic_lookup(e, topic);
+    const struct topic *t = en_topic_lookup(e, topic);
     if (!t) return 0;
-    const struct job *j = job_find(t, id, htab_hash_bytes(id.p, id.len));
+    const struct job *j = en_job_find(t, id, htab_hash_bytes(id.p, id.len));
     if (!j) return 0;
     if (out) view(j, out);
     return 1;
@@ -874,14 +549,14 @@ static int reserve(struct engine *e, int64_t now, const struct dq_str *topics,
                    bool push) {
     uint32_t n = 0;
     for (size_t i = 0; i < ntopics && n < count; i++) {
-        struct topic *t = topic_get(e, topics[i]);
+        struct topic *t = en_topic_get(e, topics[i]);
         if (!t) continue;
         struct wheel_node *q = push ? &t->pushq : &t->ready;
         while (n < count && !list_empty(q)) {
             struct job *j = job_of(q->next);
             unplace(e, j);
             if (j->attempts < ATTEMPTS_MAX) j->attempts++;
-            place(e, j, DQ_RESERVED, add_ms(now, j->ttr));
+            en_place(e, j, DQ_RESERVED, add_ms(now, j->ttr));
             t->st.reserved++;
             e->st.reserved++;
             view(j, &out[n++]);
@@ -909,7 +584,7 @@ int engine_nack(struct engine *e, int64_t now, struct dq_str topic,
     t->st.nacked++;
     e->st.nacked++;
     if (j->attempts > j->retries || delay == DQ_NACK_DEAD) {
-        place(e, j, DQ_DEAD, 0);
+        en_place(e, j, DQ_DEAD, 0);
         t->st.dead++;
         e->st.dead++;
         return DQ_DEAD;
@@ -925,11 +600,11 @@ int engine_nack(struct engine *e, int64_t now, struct dq_str topic,
     int64_t due = add_ms(now, delay);
     j->due = (uint64_t)due;
     if (due <= now) {
-        place(e, j, DQ_READY, 0);
+        en_place(e, j, DQ_READY, 0);
         notify_ready(e, t);
         return DQ_READY;
     }
-    place(e, j, DQ_DELAYED, due);
+    en_place(e, j, DQ_DELAYED, due);
     return DQ_DELAYED;
 }
 
@@ -969,7 +644,7 @@ static void kick_one(struct engine *e, struct job *j, int64_t now) {
     unplace(e, j);
     j->attempts = 0;
     j->due = (uint64_t)clamp_time(now);
-    place(e, j, DQ_READY, 0);
+    en_place(e, j, DQ_READY, 0);
 }
 
 int engine_kick_job(struct engine *e, int64_t now, struct dq_str topic,
@@ -986,7 +661,7 @@ int engine_kick_job(struct engine *e, int64_t now, struct dq_str topic,
 
 int64_t engine_kick(struct engine *e, int64_t now, struct dq_str topic,
                     uint64_t count) {
-    struct topic *t = topic_get(e, topic);
+    struct topic *t = en_topic_get(e, topic);
     if (!t) return 0;
     int64_t n = 0;
     while ((count == 0 || (uint64_t)n < count) && !list_empty(&t->dead)) {
@@ -1005,13 +680,6 @@ static void purge_cb(void *ud, struct hnode *n) {
     job_free(ud, j);
 }
 
-static void purge_far_cb(void *ud, struct hnode *n) {
-    struct engine *e = ud;
-    struct stub *f = stub_of_h(n);
-    if (e->hooks.on_far_drop) e->hooks.on_far_drop(e->hooks.ud, stub_ref(f));
-    slab_free(&e->stubs, f);
-}
-
 /* PURGE of a big topic: the topic becomes a grave, out of the topic table,
  * under a fresh topic of the same name that keeps its counters; its jobs
  * stop counting at once and are freed by engine_reap, a slice at a time
@@ -1021,7 +689,7 @@ static int64_t purge_later(struct engine *e, struct topic *t) {
     uint64_t nfar = htab_count(&t->far), n = topic_count(t);
     htab_remove(&e->topics, &t->hnode, t->hash);
     if (e->last == t) e->last = NULL;
-    struct topic *nt = topic_create(e, name);
+    struct topic *nt = en_topic_create(e, name);
     if (!nt) { /* cannot defer: do it now */
         htab_insert(&e->topics, &t->hnode, t->hash);
         return -1;
@@ -1053,13 +721,6 @@ static void reap_job_cb(void *ud, struct hnode *n) {
     job_free(e, j);
 }
 
-static void reap_stub_cb(void *ud, struct hnode *n) {
-    struct engine *e = ud;
-    struct stub *f = stub_of_h(n);
-    if (e->hooks.on_far_drop) e->hooks.on_far_drop(e->hooks.ud, stub_ref(f));
-    slab_free(&e->stubs, f);
-}
-
 bool engine_reap(struct engine *e, uint32_t budget) {
     uint64_t visits = budget;
     while (e->graves && visits > 0) {
@@ -1067,7 +728,7 @@ bool engine_reap(struct engine *e, uint32_t budget) {
         bool far = htab_count(&g->far) > 0;
         if (far || htab_count(&g->jobs)) {
             uint64_t left = far ? htab_drain(&g->far, &g->reap_pos, &visits,
-                                             reap_stub_cb, e)
+                                             en_stub_drop_cb, e)
                                 : htab_drain(&g->jobs, &g->reap_pos, &visits,
                                              reap_job_cb, e);
             if (far && left == 0) g->reap_pos = 0; /* the jobs next */
@@ -1088,7 +749,7 @@ uint64_t engine_give_back(struct engine *e, uint64_t max) {
 }
 
 int64_t engine_purge(struct engine *e, struct dq_str topic) {
-    struct topic *t = topic_get(e, topic);
+    struct topic *t = en_topic_get(e, topic);
     if (!t) return 0;
     if (topic_count(t) > PURGE_NOW) {
         int64_t n = purge_later(e, t);
@@ -1096,9 +757,9 @@ int64_t engine_purge(struct engine *e, struct dq_str topic) {
     }
     uint64_t nfar = htab_count(&t->far);
     if (nfar) {
-        htab_foreach(&t->far, purge_far_cb, e);
+        htab_foreach(&t->far, en_stub_drop_cb, e);
         struct htab fresh;
-        if (htab_init(&fresh, 1, stub_rehash) == 0) {
+        if (htab_init(&fresh, 1, en_stub_rehash) == 0) {
             htab_destroy(&t->far);
             t->far = fresh;
         } else {
@@ -1131,14 +792,6 @@ int64_t engine_purge(struct engine *e, struct dq_str topic) {
 #define LIST_NEAR (UINT64_C(1) << 62) /* cursor bit: delayed jobs in RAM (62:
                                         cursors stay positive int64s) */
 
-struct list_ctx {
-    int state;
-    void (*fn)(void *ud, struct dq_str id);
-    void *ud;
-    uint32_t found; /* jobs reported */
-    uint64_t work;  /* jobs and buckets looked at */
-};
-
 static void list_cb(void *ud, const struct hnode *n) {
     struct list_ctx *c = ud;
     const struct job *j = job_of_h(n);
@@ -1147,13 +800,6 @@ static void list_cb(void *ud, const struct hnode *n) {
         c->fn(c->ud, job_id(j));
         c->found++;
     }
-}
-
-static void list_far_cb(void *ud, const struct hnode *n) {
-    struct list_ctx *c = ud;
-    c->work++;
-    c->fn(c->ud, stub_id(stub_of_h(n)));
-    c->found++;
 }
 
 /* One bucket at a time (a bucket as the table's SCAN defines it: one of the
@@ -1165,7 +811,7 @@ static void list_far_cb(void *ud, const struct hnode *n) {
 uint64_t engine_list(const struct engine *e, struct dq_str topic, int state,
                      uint32_t count, uint64_t cursor,
                      void (*fn)(void *ud, struct dq_str id), void *ud) {
-    const struct topic *t = topic_lookup(e, topic);
+    const struct topic *t = en_topic_lookup(e, topic);
     if (!t || t->st.jobs[state] == 0) return 0;
     if (count == 0) count = 1;
     struct list_ctx c = {state, fn, ud, 0, 0};
@@ -1174,13 +820,8 @@ uint64_t engine_list(const struct engine *e, struct dq_str topic, int state,
      * in RAM (bit 62 set). Jobs only move from far to RAM, so one that moves
      * during the scan is met in RAM if it was not met far. */
     if (state == DQ_DELAYED && !(cursor & LIST_NEAR)) {
-        if (htab_count(&t->far)) {
-            do {
-                cursor = htab_scan(&t->far, cursor, 1, list_far_cb, &c);
-                c.work++;
-            } while (cursor != 0 && c.found < count && c.work < budget);
-            if (cursor != 0) return cursor;
-        }
+        cursor = en_far_list(t, cursor, count, budget, &c);
+        if (cursor != 0) return cursor;
         cursor = LIST_NEAR;
     }
     uint64_t phase = cursor & LIST_NEAR;
@@ -1205,31 +846,10 @@ static void scan_cb(void *ud, const struct hnode *n) {
     c->fn(c->ud, &v);
 }
 
-struct scan_far_ctx {
-    void (*fn)(void *ud, struct dq_str id, uint64_t ref);
-    void *ud;
-};
-
-static void scan_far_cb(void *ud, const struct hnode *n) {
-    const struct scan_far_ctx *c = ud;
-    const struct stub *f = stub_of_h(n);
-    c->fn(c->ud, stub_id(f), stub_ref(f));
-}
-
-uint64_t engine_scan_far(const struct engine *e, struct dq_str topic,
-                         uint32_t buckets, uint64_t cursor,
-                         void (*fn)(void *ud, struct dq_str id, uint64_t ref),
-                         void *ud) {
-    const struct topic *t = topic_lookup(e, topic);
-    if (!t || htab_count(&t->far) == 0) return 0;
-    struct scan_far_ctx c = {fn, ud};
-    return htab_scan(&t->far, cursor, buckets, scan_far_cb, &c);
-}
-
 uint64_t engine_scan(const struct engine *e, struct dq_str topic,
                      uint32_t buckets, uint64_t cursor,
                      void (*fn)(void *ud, const struct dq_job *j), void *ud) {
-    const struct topic *t = topic_lookup(e, topic);
+    const struct topic *t = en_topic_lookup(e, topic);
     if (!t) return 0;
     struct scan_ctx c = {fn, ud};
     return htab_scan(&t->jobs, cursor, buckets, scan_cb, &c);
@@ -1241,7 +861,7 @@ void engine_stats(const struct engine *e, struct dq_str topic,
         *out = e->st;
         return;
     }
-    const struct topic *t = topic_lookup(e, topic);
+    const struct topic *t = en_topic_lookup(e, topic);
     if (t) {
         *out = t->st;
         out->oldest_ready =
@@ -1271,9 +891,9 @@ void engine_topics(const struct engine *e,
 uint64_t engine_count(const struct engine *e) { return e->count; }
 
 void engine_expect(struct engine *e, struct dq_str topic) {
-    struct topic *t = topic_get(e, topic);
+    struct topic *t = en_topic_get(e, topic);
     if (!t) {
-        if (!(t = topic_create(e, topic))) return; /* only a hint */
+        if (!(t = en_topic_create(e, topic))) return; /* only a hint */
         topic_free_if_empty(e, t);
     }
     t->expect++;
@@ -1291,9 +911,9 @@ static void expect_cb(void *ud, struct hnode *n) {
 
 void engine_expect_far(struct engine *e, struct dq_str topic,
                        struct dq_str id) {
-    struct topic *t = topic_get(e, topic);
+    struct topic *t = en_topic_get(e, topic);
     if (!t) {
-        if (!(t = topic_create(e, topic))) return; /* only a hint */
+        if (!(t = en_topic_create(e, topic))) return; /* only a hint */
         topic_free_if_empty(e, t);
     }
     t->expect_far++;
@@ -1309,7 +929,7 @@ void engine_expect_done(struct engine *e) {
 
 int engine_expect_end(struct engine *e) {
     int rc = engine_far_flush(e);
-    far_queue_free(&e->farq);
+    en_far_queue_free(&e->farq);
     slab_reserve_end(&e->stubs);
     return rc;
 }
@@ -1348,7 +968,7 @@ bool engine_advance(struct engine *e, int64_t now, uint32_t budget) {
         unplace(e, j);
         bool dead = lease && j->attempts > j->retries;
         if (lease && !dead) j->due = (uint64_t)j->node.when; /* lease end */
-        place(e, j, dead ? DQ_DEAD : DQ_READY, 0);
+        en_place(e, j, dead ? DQ_DEAD : DQ_READY, 0);
         if (lease) {
             t->st.expired++;
             e->st.expired++;
@@ -1381,29 +1001,29 @@ bool engine_advance(struct engine *e, int64_t now, uint32_t budget) {
 int engine_restore(struct engine *e, int64_t now, const struct dq_job *src) {
     assert(src->state >= DQ_DELAYED && src->state <= DQ_DEAD);
     if (src->body.len > BODY_MAX) return ENGINE_ENOMEM;
-    struct topic *t = topic_get(e, src->topic);
+    struct topic *t = en_topic_get(e, src->topic);
     uint64_t h = htab_hash_bytes(src->id.p, src->id.len);
-    if (t && (job_find(t, src->id, h) || stub_find(t, src->id, h)))
+    if (t && (en_job_find(t, src->id, h) || en_stub_find(t, src->id, h)))
         return ENGINE_EEXISTS;
     bool created = false;
     if (!t) {
-        if (!(t = topic_create(e, src->topic))) return ENGINE_ENOMEM;
+        if (!(t = en_topic_create(e, src->topic))) return ENGINE_ENOMEM;
         created = true;
     }
     struct job *j =
-        job_alloc(e, t, src->id, src->body, src->url, src->content_type);
+        en_job_alloc(e, t, src->id, src->body, src->url, src->content_type);
     if (!j) {
-        if (created) topic_free(e, t);
+        if (created) en_topic_free(e, t);
         return ENGINE_ENOMEM;
     }
-    job_options(j, src->due, src->created, src->ttr, src->retries,
-                src->attempts, &src->backoff);
-    topic_use(e, t);
+    en_job_options(j, src->due, src->created, src->ttr, src->retries,
+                   src->attempts, &src->backoff);
+    en_topic_use(e, t);
     htab_insert(&t->jobs, &j->hnode, h);
     e->count++;
     int64_t when = src->state == DQ_RESERVED ? clamp_time(src->deadline)
                                              : (int64_t)j->due;
-    place(e, j, src->state, when);
+    en_place(e, j, src->state, when);
     return 0;
 }
 

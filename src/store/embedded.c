@@ -31,11 +31,14 @@
  * into the engine, a few thousand records per loop turn, logging each job
  * as a LOAD record; a segment read to its end is deleted after a commit
  * once the log is synced.
+ *
+ * Two side jobs live in their own files, sharing embedded_int.h: giving
+ * memory back (embedded_mem.c: freeing purged jobs between I/O, trimming
+ * the heap) and the far jobs' --repair walk at open (embedded_repair.c).
  */
 #include <event2/event.h>
 #include <errno.h>
 #include <inttypes.h>
-#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +49,7 @@
 #include "lib/clock.h"
 #include "lib/log.h"
 #include "lib/xalloc.h"
+#include "store/embedded_int.h"
 #include "store/result.h"
 #include "store/store.h"
 #include "store/tier.h"
@@ -53,63 +57,6 @@
 
 #define ADVANCE_BUDGET 8192 /* jobs moved per timer callback */
 #define LOAD_BUDGET 512     /* far records read per loading step (~0.2 ms) */
-#define TRIM_MIN 65536      /* jobs gone since the peak before memory is trimmed */
-#define TRIM_DELAY_MS 200   /* after the drop, so a burst of removals is done */
-
-/* An operation waiting for the batch to complete. */
-struct pending {
-    dq_store_cb *cb;
-    void *pd;
-    bool change; /* a state-changing operation: fails if the log write does */
-    struct res r;
-};
-
-/* The completions of one loop iteration and the data of their results. */
-struct batch {
-    struct pending *items;
-    size_t n, cap;
-    struct res_set set;
-};
-
-struct ready_note {
-    size_t off, len; /* topic name in ready_names */
-    int64_t hint;
-    bool push; /* about push jobs: for on_push_ready */
-};
-
-struct dq_store {
-    struct dq_store_config cfg;
-    struct engine_config ec;
-    struct engine *eng;
-    struct wal *wal;
-    struct tier *tier;   /* far segments; NULL when nothing is far */
-    struct event *load_ev;
-    int64_t load_at;     /* when load_ev fires; INT64_MAX when not armed */
-    bool unlink_pending; /* loaded segments wait for unlink_mark to be durable */
-    uint64_t unlink_mark;
-    struct buf far_body; /* GET of a far job: its record */
-    bool recovering; /* the engine is being rebuilt: hooks do nothing */
-    struct event *commit_ev;
-    struct event *timer_ev;
-    struct event *trim_ev;
-    struct event *reap_ev; /* frees purged jobs between I/O */
-    int64_t reap_us_max;   /* longest step */
-    uint64_t trim_peak;  /* most jobs in RAM since the last trim */
-    bool trim_armed;
-    uint64_t trims;
-    int64_t trim_us, trim_us_max; /* the last trim and the longest */
-    int64_t timer_at; /* INT64_MAX when not armed */
-    struct batch cur;
-    /* ready notifications waiting for the engine call to return */
-    struct ready_note *notes;
-    size_t nnotes, notes_cap;
-    struct buf ready_names;
-    int in_engine;
-    /* ids for "*" */
-    int64_t id_ms;
-    uint64_t id_seq;
-    struct dq_job jobs[DQ_COUNT_MAX]; /* reserve's scratch */
-};
 
 static int64_t now_ms(struct dq_store *s) {
     return s->cfg.clock ? s->cfg.clock(s->cfg.ud) : clock_ms();
@@ -136,7 +83,6 @@ static struct res *pend_push(struct dq_store *s, dq_store_cb *cb, void *pd,
 
 static void arm_timer(struct dq_store *s);
 static void arm_load(struct dq_store *s);
-static void reap_soon(struct dq_store *s);
 static void unlink_check(struct dq_store *s);
 static void after_change(struct dq_store *s);
 
@@ -162,12 +108,12 @@ static void reload(struct dq_store *s) {
     tier_rewind(s->tier); /* loads that were not logged are redone */
     tier_recount_end(s->tier);
     arm_load(s);
-    reap_soon(s);
+    em_reap_soon(s);
 }
 
 /* Writes the log for everything in the batch; if that fails, fails the
  * batch's changes and rebuilds the engine. */
-static void commit_log(struct dq_store *s) {
+void em_commit_log(struct dq_store *s) {
     if (!s->wal || !wal_pending(s->wal)) return;
     /* far segments first: a FAR record in the log names a written record */
     if (tier_write(s->tier) != 0)
@@ -197,7 +143,7 @@ static void commit_log(struct dq_store *s) {
 /* Completes the current batch. Callbacks may issue new operations: those go
  * into a fresh batch, completed by the next commit event. */
 static void commit(struct dq_store *s) {
-    commit_log(s);
+    em_commit_log(s);
     if (s->cur.n == 0) return;
     struct batch b = s->cur;
     memset(&s->cur, 0, sizeof s->cur);
@@ -340,70 +286,6 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg) {
     }
 }
 
-/* --- giving memory back ------------------------------------------------------ */
-
-/* Jobs are malloc'd one by one, so after a PURGE or a drain their memory
- * is free inside the heap but still resident: malloc_trim hands the free
- * pages back to the kernel (MADV_DONTNEED). Done once the removals have
- * settled, and only after a large drop, so it costs nothing in steady
- * state. */
-static void trim_cb(evutil_socket_t fd, short what, void *arg) {
-    struct dq_store *s = arg;
-    s->trim_armed = false;
-    int64_t t0 = clock_mono_us();
-    malloc_trim(0);
-    s->trim_us = clock_mono_us() - t0;
-    if (s->trim_us > s->trim_us_max) s->trim_us_max = s->trim_us;
-    s->trims++;
-    s->trim_peak = engine_count(s->eng) - engine_far_count(s->eng);
-    log_debug("memory trimmed in %" PRId64 " us", s->trim_us);
-}
-
-static void note_count(struct dq_store *s) {
-    uint64_t n = engine_count(s->eng) - engine_far_count(s->eng);
-    if (n > s->trim_peak) {
-        s->trim_peak = n;
-    } else if (!s->trim_armed && s->trim_ev && s->trim_peak - n >= TRIM_MIN &&
-               n < s->trim_peak / 2) {
-        struct timeval tv = {0, TRIM_DELAY_MS * 1000};
-        event_add(s->trim_ev, &tv);
-        s->trim_armed = true;
-    }
-}
-
-#define REAP_BUDGET 2048 /* purged jobs (and buckets) freed per step: ~1 ms */
-#define RELEASE_PAGES 8  /* emptied 2 MiB pages unmapped per step: < 1 ms */
-
-/* Purged topics (a PURGE, or a replayed one) wait to be freed, and
- * emptied pages to be given back. */
-static void reap_soon(struct dq_store *s) {
-    if (s->reap_ev &&
-        (engine_reap(s->eng, 0) || engine_give_back(s->eng, 0) > 0) &&
-        !evtimer_pending(s->reap_ev, NULL)) {
-        struct timeval tv = {0, 0};
-        event_add(s->reap_ev, &tv);
-    }
-}
-
-static void reap_cb(evutil_socket_t fd, short what, void *arg) {
-    struct dq_store *s = arg;
-    s->in_engine = 1;
-    int64_t t0 = clock_mono_us();
-    bool more = engine_reap(s->eng, REAP_BUDGET);
-    more |= engine_give_back(s->eng, RELEASE_PAGES) > 0;
-    int64_t took = clock_mono_us() - t0;
-    if (took > s->reap_us_max) s->reap_us_max = took;
-    s->in_engine = 0;
-    if (more) {
-        struct timeval tv = {0, 0};
-        event_add(s->reap_ev, &tv);
-    } else if (!s->trim_armed) { /* all freed: give back what the heap holds */
-        struct timeval tv = {0, TRIM_DELAY_MS * 1000};
-        event_add(s->trim_ev, &tv);
-        s->trim_armed = true;
-    }
-}
-
 /* --- loading far segments ------------------------------------------------- */
 
 static int load_one(void *ud, const struct dq_job *j, uint64_t ref) {
@@ -507,8 +389,8 @@ static void catch_up(struct dq_store *s, int64_t now) {
 /* After every engine call that changes state. */
 static void after_change(struct dq_store *s) {
     s->in_engine = 0;
-    note_count(s);
-    reap_soon(s);
+    em_note_count(s);
+    em_reap_soon(s);
     if (s->timer_at != INT64_MIN) arm_timer(s);
     flush_ready(s);
 }
@@ -533,83 +415,6 @@ static void emb_close(struct dq_store *s) {
     dq_free(s->notes);
     buf_free(&s->ready_names);
     dq_free(s);
-}
-
-/* --repair of far segments: the far jobs whose records lie in damaged
- * places are dropped (a DEL record each, so that the log agrees), then the
- * tier writes those places over. Names are gathered first (u16 length, then
- * the bytes): the engine must not change while it is walked. */
-struct far_walk {
-    const struct tier *tier;
-    struct buf *out;
-};
-
-static void put_str(struct buf *b, struct dq_str v) {
-    uint16_t n = (uint16_t)v.len;
-    buf_append(b, &n, sizeof n);
-    buf_append(b, v.p, v.len);
-}
-
-static struct dq_str get_str(const struct buf *b, size_t *at) {
-    uint16_t n;
-    memcpy(&n, b->p + *at, sizeof n);
-    struct dq_str v = {b->p + *at + sizeof n, n};
-    *at += sizeof n + n;
-    return v;
-}
-
-static void walk_topic_cb(void *ud, struct dq_str topic) {
-    put_str(((struct far_walk *)ud)->out, topic);
-}
-
-static void walk_far_cb(void *ud, struct dq_str id, uint64_t ref) {
-    struct far_walk *w = ud;
-    if (tier_damaged(w->tier, ref)) put_str(w->out, id);
-}
-
-static int repair_far(struct dq_store *s, size_t damaged, char *err,
-                      size_t errlen) {
-    char msg[512];
-    for (size_t i = 0; i < damaged; i++) {
-        tier_damage(s->tier, i, msg, sizeof msg);
-        log_warn("repair: %s", msg);
-    }
-    struct buf topics = BUF_INIT, ids = BUF_INIT;
-    struct far_walk w = {s->tier, &topics};
-    engine_topics(s->eng, walk_topic_cb, &w);
-    w.out = &ids;
-    uint64_t dropped = 0;
-    for (size_t at = 0; at < topics.len;) {
-        struct dq_str topic = get_str(&topics, &at);
-        buf_reset(&ids, 1 << 20);
-        uint64_t cursor = 0;
-        do {
-            cursor = engine_scan_far(s->eng, topic, 4096, cursor, walk_far_cb,
-                                     &w);
-        } while (cursor);
-        for (size_t k = 0; k < ids.len;) {
-            struct wal_rec r = {.type = WAL_DEL};
-            r.job.topic = topic;
-            r.job.id = get_str(&ids, &k);
-            if (engine_del(s->eng, topic, r.job.id)) {
-                wal_append(s->wal, &r);
-                dropped++;
-            }
-        }
-    }
-    buf_free(&topics);
-    buf_free(&ids);
-    commit_log(s);
-    if (!wal_writable(s->wal)) {
-        snprintf(err, errlen, "repair: cannot write the log");
-        return -1;
-    }
-    if (tier_repair(s->tier, err, errlen) != 0) return -1;
-    log_warn("repair: dropped %" PRIu64 " far jobs whose records were "
-             "damaged; the damaged places are written over with dead "
-             "records",
-             dropped);
-    return 0;
 }
 
 static int emb_open(struct dq_store **out, const struct dq_store_config *cfg,
@@ -637,8 +442,8 @@ static int emb_open(struct dq_store **out, const struct dq_store_config *cfg,
     s->commit_ev = event_new(cfg->base, -1, 0, commit_cb, s);
     s->timer_ev = evtimer_new(cfg->base, timer_cb, s);
     s->load_ev = evtimer_new(cfg->base, load_cb, s);
-    s->trim_ev = evtimer_new(cfg->base, trim_cb, s);
-    s->reap_ev = evtimer_new(cfg->base, reap_cb, s);
+    s->trim_ev = evtimer_new(cfg->base, em_trim_cb, s);
+    s->reap_ev = evtimer_new(cfg->base, em_reap_cb, s);
     if (!s->eng || !s->commit_ev || !s->timer_ev || !s->load_ev ||
         !s->trim_ev || !s->reap_ev) {
         snprintf(err, errlen, "out of memory");
@@ -683,7 +488,7 @@ static int emb_open(struct dq_store **out, const struct dq_store_config *cfg,
         emb_close(s);
         return -1;
     }
-    if (damaged && repair_far(s, damaged, err, errlen) != 0) {
+    if (damaged && em_repair_far(s, damaged, err, errlen) != 0) {
         emb_close(s);
         return -1;
     }
@@ -697,7 +502,7 @@ static int emb_open(struct dq_store **out, const struct dq_store_config *cfg,
     tier_check_background(s->tier);
     arm_timer(s);
     arm_load(s);
-    reap_soon(s);
+    em_reap_soon(s);
     *out = s;
     return 0;
 }
@@ -1022,7 +827,7 @@ static void emb_purge(struct dq_store *s, struct dq_str topic,
     s->in_engine = 1;
     int64_t n = engine_purge(s->eng, topic);
     if (n > 0) log_topic(s, WAL_PURGE, topic, 0, n);
-    reap_soon(s); /* its jobs are freed between I/O */
+    em_reap_soon(s); /* its jobs are freed between I/O */
     pend_change(s, cb, pd, DQ_OK)->n = n;
     after_change(s);
 }
@@ -1047,12 +852,7 @@ static void emb_info(struct dq_store *s, dq_info_emit *emit, void *ud) {
                 (int64_t)(engine_count(s->eng) - engine_far_count(s->eng)));
     dq_info_int(emit, ud, "jobs_on_disk", (int64_t)engine_far_count(s->eng));
     tier_info(s->tier, emit, ud);
-    dq_info_int(emit, ud, "memory_trims", (int64_t)s->trims);
-    dq_info_int(emit, ud, "memory_trim_last_us", s->trim_us);
-    dq_info_int(emit, ud, "memory_trim_max_us", s->trim_us_max);
-    dq_info_int(emit, ud, "purge_freeing",
-                engine_reap(s->eng, 0) || engine_give_back(s->eng, 0) > 0);
-    dq_info_int(emit, ud, "purge_free_step_max_us", s->reap_us_max);
+    em_mem_info(s, emit, ud);
     if (s->wal) wal_info(s->wal, emit, ud);
 }
 

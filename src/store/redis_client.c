@@ -11,6 +11,9 @@
  * (queued: dropped; in flight: abandoned, its reply ignored when it comes).
  * A connection whose oldest call has waited STUCK_US for a reply is closed
  * and reconnected: Redis (or the path to it) is stuck.
+ *
+ * Under a sentinel URL, where the data connections go is found and followed
+ * by redis_sentinel.c; redis_client_int.h shares the structs.
  */
 #include <errno.h>
 #include <event2/event.h>
@@ -33,9 +36,9 @@
 #include "lib/log.h"
 #include "lib/xalloc.h"
 #include "store/redis_client.h"
+#include "store/redis_client_int.h"
 
 #define CONNECT_TIMEOUT_US 1500000
-#define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 2000
 #define TICK_MS 50
 #define MAX_REDIRECTS 5
@@ -45,87 +48,6 @@
 #define REFRESH_MIN_US 250000     /* at most 4 refreshes a second */
 #define PARTIAL_REFRESH_US 1000000 /* while slots are missing: every second */
 #define WARN_SUMMARY_US 30000000  /* a repeated warning: once per 30 s */
-
-enum cstate { C_DOWN, C_CONNECTING, C_UP };
-
-
-
-struct rconn;
-
-struct rcall {
-    struct rcall *prev, *next; /* in conn's in-flight list or queue */
-    struct rcli *cli;
-    struct rconn *conn;
-    rcli_cb *cb;
-    void *pd;
-    int slot;
-    int argc;
-    enum rcli_kind kind;
-    int redirects;
-    bool eval;   /* send the source (EVAL), not the function or SHA */
-    bool asking; /* send ASKING first */
-    bool linked; /* in flight */
-    bool queued; /* in the queue */
-    int64_t sent;
-    char *cmd;
-    size_t len;
-    int64_t deadline;
-};
-
-struct rconn {
-    struct rcli *cli;
-    struct rconn *next; /* in cli->conns */
-    char host[REDIS_URL_HOST_MAX + 1];
-    int port;
-    bool sub;           /* the subscriber */
-    bool sentinel;      /* the Sentinel connection (asks, then subscribes) */
-    enum cstate state;
-    redisAsyncContext *ac;
-    struct event *retry_ev;
-    int backoff_ms;
-    int64_t connect_deadline;
-    struct rcall *head, *tail;   /* in flight, send order */
-    size_t inflight;
-    struct rcall *qhead, *qtail; /* waiting for a slot */
-    size_t queued;
-    uint64_t calls; /* commands sent, for INFO */
-    bool handshaken;    /* FUNCTION / SCRIPT LOAD answered since the last connect */
-    bool fcall;         /* the node has the function library: FCALL */
-};
-
-struct rcli {
-    struct rcli_config cfg;
-    struct redis_url url;
-    char *channel;
-    struct event_base *base;
-    struct event *tick_ev;
-    struct rconn *conns;   /* data connections */
-    struct rconn *sub;     /* subscriber, or NULL */
-    size_t sub_seed;       /* which seed the subscriber uses */
-    char sha[41];          /* "" until SCRIPT LOAD answered */
-    char *evsrc;           /* the script as EVAL runs it */
-    size_t srclen;
-    char *lib;             /* the script as a function library */
-    size_t liblen;
-    char fname[32];        /* its function: delayq_<hash of the source> */
-    bool closing;
-    /* cluster */
-    struct rconn **slots;  /* REDIS_SLOTS entries, or NULL when standalone */
-    bool map_loaded;
-    bool refreshing;
-    bool refresh_wanted;
-    int64_t last_refresh;
-    unsigned masters;
-    size_t covered;        /* slots the map covers */
-    struct rwarn mapwarn;  /* about the slot map */
-    char why[200];         /* why calls cannot be served, for errors */
-    /* Sentinel */
-    struct rconn *sent;    /* to one Sentinel, or NULL */
-    size_t sent_seed;      /* which Sentinel */
-    bool have_master;      /* the data connection's address is the master's */
-    bool switching;        /* moving the connections to a new master */
-    int64_t last_ask;      /* when the Sentinel was last asked */
-};
 
 int64_t rcli_now_us(void) { return clock_mono_us(); }
 
@@ -158,9 +80,6 @@ void rwarn_clear(struct rwarn *w) {
     w->repeats = 0;
 }
 
-static void conn_connect(struct rconn *n);
-static void sentinel_ask(struct rcli *c);
-static void conn_kill(struct rconn *n, const char *why);
 static void dispatch(struct rcli *c, struct rcall *k, struct rconn *to,
                      bool asking);
 static void refresh_map(struct rcli *c);
@@ -295,12 +214,12 @@ static void conn_down(struct rconn *n, const char *why) {
     else if (c->slots) c->refresh_wanted = true;
     conn_schedule(n);
     queue_fail(n, "Redis connection lost");
-    if (!n->sentinel && c->sent && !c->switching) sentinel_ask(c);
+    if (!n->sentinel && c->sent && !c->switching) rc_sentinel_ask(c);
 }
 
 /* Closes a live connection on our initiative: every call on it completes
  * with reply NULL. Not to be called from inside one of its callbacks. */
-static void conn_kill(struct rconn *n, const char *why) {
+void rc_conn_kill(struct rconn *n, const char *why) {
     redisAsyncContext *ac = n->ac;
     conn_down(n, why);
     if (ac) {
@@ -326,7 +245,7 @@ static void on_disconnect(const redisAsyncContext *ac, int status) {
 }
 
 static void retry_cb(evutil_socket_t fd, short what, void *arg) {
-    conn_connect(arg);
+    rc_conn_connect(arg);
 }
 
 static void noop_cb(void *pd, redisReply *r, const char *err, bool sent) {}
@@ -424,99 +343,11 @@ static void message_cb(redisAsyncContext *ac, void *reply, void *pd) {
         n->cli->cfg.on_message(n->cli->cfg.ud, msg->str, msg->len);
 }
 
-/* The master is host:port (from a Sentinel): moves the data connection and
- * the subscriber there if they were elsewhere. */
-static void set_master(struct rcli *c, const char *host, int port) {
-    struct rconn *d = c->conns;
-    if (c->have_master && d->port == port && strcmp(d->host, host) == 0) return;
-    log_info("redis sentinel: master %s is %s:%d%s", c->url.master, host, port,
-             c->have_master ? " (switched)" : "");
-    c->have_master = true;
-    c->why[0] = '\0';
-    c->switching = true;
-    struct rconn *both[2] = {d, c->sub};
-    for (int i = 0; i < 2; i++) {
-        struct rconn *n = both[i];
-        if (!n) continue;
-        if (n->state != C_DOWN) conn_kill(n, "the master moved");
-        event_del(n->retry_ev);
-        n->backoff_ms = BACKOFF_MIN_MS;
-        snprintf(n->host, sizeof n->host, "%s", host);
-        n->port = port;
-        conn_connect(n);
-    }
-    c->switching = false;
-}
-
-/* SENTINEL get-master-addr-by-name: [host, port], or nil if unknown. */
-static void master_cb(redisAsyncContext *ac, void *reply, void *pd) {
-    struct rconn *n = ac->data;
-    redisReply *r = reply;
-    if (!n || !r) return;
-    struct rcli *c = n->cli;
-    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
-        r->element[0]->type == REDIS_REPLY_STRING &&
-        r->element[1]->type == REDIS_REPLY_STRING) {
-        int port = atoi(r->element[1]->str);
-        if (port > 0 && port < 65536 && r->element[0]->len <= REDIS_URL_HOST_MAX) {
-            rwarn_clear(&c->mapwarn);
-            set_master(c, r->element[0]->str, port);
-            return;
-        }
-    }
-    snprintf(c->why, sizeof c->why, "Sentinel %.64s:%d does not know master '%.64s'%s%.80s",
-             n->host, n->port, c->url.master, r->type == REDIS_REPLY_ERROR ? ": " : "",
-             r->type == REDIS_REPLY_ERROR ? r->str : "");
-    rwarn(&c->mapwarn, rcli_now_us(), "redis sentinel: %s", c->why);
-}
-
-/* +switch-master "<name> <old-ip> <old-port> <new-ip> <new-port>" */
-static void sentinel_msg_cb(redisAsyncContext *ac, void *reply, void *pd) {
-    struct rconn *n = ac->data;
-    redisReply *r = reply;
-    if (!n || !r || r->type != REDIS_REPLY_ARRAY || r->elements < 3) return;
-    redisReply *kind = r->element[0], *msg = r->element[2];
-    if (kind->type != REDIS_REPLY_STRING) return;
-    if (strcmp(kind->str, "subscribe") == 0) {
-        n->state = C_UP;
-        n->backoff_ms = BACKOFF_MIN_MS;
-        return;
-    }
-    if (strcmp(kind->str, "message") != 0 || msg->type != REDIS_REPLY_STRING) return;
-    char name[REDIS_MASTER_NAME_MAX + 1], oh[REDIS_URL_HOST_MAX + 1],
-        nh[REDIS_URL_HOST_MAX + 1];
-    int op, np;
-    if (sscanf(msg->str, "%127s %255s %d %255s %d", name, oh, &op, nh, &np) != 5) return;
-    if (strcmp(name, n->cli->url.master) != 0) return;
-    set_master(n->cli, nh, np);
-}
-
-/* Asks a Sentinel for the master again (the master's connection failed or
- * refused a write): reconnects the Sentinel connection, which asks first.
- * At most every 500 ms. */
-static void sentinel_ask(struct rcli *c) {
-    struct rconn *n = c->sent;
-    if (!n || c->closing || rcli_now_us() - c->last_ask < 500000) return;
-    c->last_ask = rcli_now_us();
-    if (n->state != C_DOWN) conn_kill(n, "asking again");
-    event_del(n->retry_ev);
-    n->backoff_ms = BACKOFF_MIN_MS;
-    conn_connect(n);
-}
-
-static void conn_connect(struct rconn *n) {
+void rc_conn_connect(struct rconn *n) {
     struct rcli *c = n->cli;
     if (c->closing || n->state != C_DOWN) return;
-    if (n->sentinel) { /* the Sentinels round robin */
-        size_t i = c->sent_seed % c->url.nhosts;
-        snprintf(n->host, sizeof n->host, "%s", c->url.hosts[i].host);
-        n->port = c->url.hosts[i].port;
-    } else if (c->url.sentinel) {
-        if (!c->have_master) return; /* connected once a Sentinel names it */
-        if (n->sub) {
-            snprintf(n->host, sizeof n->host, "%s", c->conns->host);
-            n->port = c->conns->port;
-        }
+    if (c->url.sentinel) {
+        if (!rc_sentinel_address(n)) return;
     } else if (n->sub) { /* follow the seeds round robin */
         size_t i = c->sub_seed % c->url.nhosts;
         snprintf(n->host, sizeof n->host, "%s", c->url.hosts[i].host);
@@ -543,10 +374,7 @@ static void conn_connect(struct rconn *n) {
     n->connect_deadline = rcli_now_us() + CONNECT_TIMEOUT_US;
     int64_t dl = n->connect_deadline;
     if (n->sentinel) {
-        c->last_ask = rcli_now_us();
-        redisAsyncCommand(ac, master_cb, NULL, "SENTINEL get-master-addr-by-name %s",
-                          c->url.master);
-        redisAsyncCommand(ac, sentinel_msg_cb, NULL, "SUBSCRIBE +switch-master");
+        rc_sentinel_hello(n);
         return;
     }
     if (c->url.password[0]) {
@@ -578,8 +406,8 @@ static void conn_connect(struct rconn *n) {
     send_simple(c, n, -1, dl, function_load_cb, n, 3, av, al);
 }
 
-static struct rconn *conn_new(struct rcli *c, const char *host, int port,
-                              bool sub) {
+struct rconn *rc_conn_new(struct rcli *c, const char *host, int port,
+                          bool sub) {
     struct rconn *n = xcalloc(1, sizeof *n);
     n->cli = c;
     snprintf(n->host, sizeof n->host, "%s", host);
@@ -599,8 +427,8 @@ static struct rconn *conn_new(struct rcli *c, const char *host, int port,
 static struct rconn *conn_get(struct rcli *c, const char *host, int port) {
     for (struct rconn *n = c->conns; n; n = n->next)
         if (n->port == port && strcmp(n->host, host) == 0) return n;
-    struct rconn *n = conn_new(c, host, port, false);
-    conn_connect(n);
+    struct rconn *n = rc_conn_new(c, host, port, false);
+    rc_conn_connect(n);
     return n;
 }
 
@@ -783,7 +611,7 @@ static void reply_cb(redisAsyncContext *ac, void *reply, void *pd) {
     }
     if (r->type == REDIS_REPLY_ERROR && c->sent &&
         (strncmp(r->str, "READONLY", 8) == 0 || strncmp(r->str, "MASTERDOWN", 10) == 0))
-        sentinel_ask(c); /* talking to a replica: the master moved */
+        rc_sentinel_ask(c); /* talking to a replica: the master moved */
     if (r->type == REDIS_REPLY_ERROR && c->slots &&
         (strncmp(r->str, "CLUSTERDOWN", 11) == 0 || strncmp(r->str, "TRYAGAIN", 8) == 0))
         c->refresh_wanted = true; /* a failover or a reshard under way */
@@ -886,11 +714,11 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg) {
     int64_t now = rcli_now_us();
     for (struct rconn *n = c->conns; n; n = n->next) {
         if (n->state == C_CONNECTING && now > n->connect_deadline && !n->handshaken) {
-            conn_kill(n, "connect timeout");
+            rc_conn_kill(n, "connect timeout");
             continue;
         }
         if (n->state != C_DOWN && n->head && now - n->head->sent > STUCK_US) {
-            conn_kill(n, "no reply in time");
+            rc_conn_kill(n, "no reply in time");
             continue;
         }
         /* deadlines: queued calls are dropped, calls in flight abandoned */
@@ -906,9 +734,9 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg) {
                 call_abandon(k, "Redis did not answer in time");
     }
     if (c->sub && c->sub->state == C_CONNECTING && now > c->sub->connect_deadline)
-        conn_kill(c->sub, "connect timeout");
+        rc_conn_kill(c->sub, "connect timeout");
     if (c->sent && c->sent->state == C_CONNECTING && now > c->sent->connect_deadline)
-        conn_kill(c->sent, "connect timeout");
+        rc_conn_kill(c->sent, "connect timeout");
     int64_t since = now - c->last_refresh;
     if (c->slots && !c->refreshing &&
         ((c->refresh_wanted && since >= REFRESH_MIN_US) ||
@@ -953,24 +781,17 @@ struct rcli *rcli_new(const struct rcli_config *cfg, char *err, size_t errlen) {
     event_add(c->tick_ev, &tv);
     if (c->url.cluster) c->slots = xcalloc(REDIS_SLOTS, sizeof *c->slots);
     if (c->url.sentinel) {
-        /* one data connection, to wherever the Sentinels say the master is */
-        conn_new(c, "", 0, false);
-        snprintf(c->why, sizeof c->why, "no Sentinel has named master '%s' yet",
-                 c->url.master);
-        c->sent = conn_new(c, "", 0, true);
-        c->sent->sub = false;
-        c->sent->sentinel = true;
-        conn_connect(c->sent);
+        rc_sentinel_start(c);
     } else {
         /* seeds (the standalone node is the one seed); connect in URL order */
         for (size_t i = c->url.nhosts; i-- > 0;)
-            conn_new(c, c->url.hosts[i].host, c->url.hosts[i].port, false);
-        for (struct rconn *n = c->conns; n; n = n->next) conn_connect(n);
+            rc_conn_new(c, c->url.hosts[i].host, c->url.hosts[i].port, false);
+        for (struct rconn *n = c->conns; n; n = n->next) rc_conn_connect(n);
     }
     if (cfg->channel) {
         c->channel = xstrndup(cfg->channel, strlen(cfg->channel));
-        c->sub = conn_new(c, c->url.hosts[0].host, c->url.hosts[0].port, true);
-        conn_connect(c->sub);
+        c->sub = rc_conn_new(c, c->url.hosts[0].host, c->url.hosts[0].port, true);
+        rc_conn_connect(c->sub);
     }
     return c;
 }
@@ -1019,7 +840,7 @@ void rcli_free(struct rcli *c, int drain_ms) {
         all = c->sent;
     }
     for (struct rconn *n = all; n; n = n->next)
-        if (n->ac) conn_kill(n, "closing");
+        if (n->ac) rc_conn_kill(n, "closing");
     while (all) {
         struct rconn *n = all;
         all = n->next;
