@@ -11,7 +11,7 @@
  *   redis_sched.c  topics and shards, the timer heap, the registry, pub/sub
  *                  wakeups, carries and the sweep.
  * The Lua script is src/store/lua/delayq.lua; connections are
- * redis_client.c; URLs and key slots redis_url.c.
+ * redis_client.c (Sentinel: redis_sentinel.c); URLs and key slots redis_url.c.
  *
  * Request life: submitted (waiting for the store to be configured, or in
  * the outbox as units, or queued for a plain command) -> flushed at the end

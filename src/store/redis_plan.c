@@ -523,7 +523,10 @@ static void flush_outbox(struct dq_store *s) {
     if (!s->url.cluster) {
         struct builder b;
         builder_init(s, &b, -1);
-        for (; u; u = u->next) {
+        /* next first: a call that fails at once (no connection) completes
+         * its requests, and frees their units, inside builder_send */
+        for (struct unit *next; u; u = next) {
+            next = u->next;
             builder_add(s, &b, u, now);
             if (builder_full(&b)) builder_send(s, &b, now);
         }
