@@ -81,6 +81,7 @@ def test_far_ids_exist_delete_and_replace(procs):
     assert isinstance(e, RespError) and e.code == "EXISTS"
     e = c.call("ADD", "t", "j1", "again", "DELAY", 100)
     assert isinstance(e, RespError) and e.code == "EXISTS"
+    assert pairs(c.call("GET", "t", "j0"))["body"] == b"b0"  # untouched by the refused add
     # DEL forgets it: gone for GET, never handed out, its id free again
     assert c.call("DEL", "t", "j0", "j1") == 2
     assert c.call("DEL", "t", "j0") == 0

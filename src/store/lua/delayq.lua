@@ -289,22 +289,28 @@ local function split(g)
   if g.fs == m then g.fl = g.fl + 1; g.fs = 0 end
 end
 
--- appends far jobs: q maps a bucket to its ids and far records (id, f, id,
--- f, ...), in the order added
-local function fput(g, q)
+-- appends far jobs: q maps a bucket to its ids, far records and their
+-- places in the caller's run (id, f, i, id, f, i, ...), in the order added.
+-- An id the index already holds is a far job added before: its new entry is
+-- a hole, and clash(i) is told.
+local function fput(g, q, clash)
   fstate(g)
   for b, l in pairs(q) do
     local fs = {}
-    for i = 2, #l, 2 do fs[#fs + 1] = l[i] end
+    for i = 2, #l, 3 do fs[#fs + 1] = l[i] end
     local len = callv('RPUSH', fkey(g, b), fs)
     local pos = len - #fs
-    for i = 1, #l, 2 do
-      call('HSET', (ikey(g, l[i])), l[i], spack('<II', b, pos))
+    for i = 1, #l, 3 do
+      local id = l[i]
+      if call('HSETNX', (ikey(g, id)), id, spack('<II', b, pos)) == 1 then
+        g.fn = g.fn + 1
+      else
+        clash(l[i + 2])
+      end
       pos = pos + 1
     end
     local start = EPOCH + b * 1000
     call('ZADD', g.fz, 'NX', fmt('%d', start), fmt('%d', b))
-    g.fn = g.fn + #fs
     -- the instances wake for the carry, FW before the bucket starts
     if not g.h0 then g.h0 = nextdue(g) end
     if not g.mi or start - FW < g.mi then g.mi = start - FW end
@@ -531,21 +537,37 @@ local function run_add(g, q, qm, qt, qe)
   local far = fstate(g) > 0 -- ids missing from the pool may be far jobs
   local hs, pr, pp, pz, seen = {}, {}, {}, {}, {}
   local nh, npr, nz = 0, 0, 0
-  local fq, flen, nf = {}, {}, 0 -- far jobs by bucket (id, record, ...)
+  local fq, flen, nf = {}, {}, 0 -- far jobs by bucket (id, record, i, ...)
+  local added = 0
+  local function clash(i) -- fput: the far index had ids[i] after all
+    bt[i][bi[i]] = 48 + (ARGV[at[i] + 4] == 'g' and TAKEN or EXISTS) * 2
+    added = added - 1
+  end
   local function write()
     if nh > 0 then callv('HSET', g.pool, hs); hs = {}; nh = 0 end
     if npr > 0 or #pp > 0 then readyv(g, pr, pp); pr = {}; pp = {}; npr = 0 end
     if nz > 0 then callv('ZADD', g.delay, pz); pz = {}; nz = 0 end
-    if nf > 0 then fput(g, fq); fq = {}; nf = 0; far = true end
+    if nf > 0 then fput(g, fq, clash); fq = {}; nf = 0; far = true end
   end
-  local added = 0
   for i = 1, n do
     local a, id = at[i], ids[i]
     local rec = ARGV[a + 1]
+    local fl = ARGV[a + 4]
     local code, new = OK, 1
-    if ex[i] or seen[id] or (far and call('HEXISTS', (ikey(g, id)), id) == 1) then
+    local b -- the far bucket it goes to, if any
+    if sbyte(rec, 1) ~= READY then
+      b = fbucket(tonumber(ARGV[a + 2]))
+      if b then
+        local len = flen[b] or call('LLEN', fkey(g, b))
+        flen[b] = len
+        if len >= FPOS then b = nil end -- the bucket is full: near
+      end
+    end
+    -- taken: in the pool, earlier in this run, or far. A far-bound add
+    -- without REPLACE asks the far index by its HSETNX (fput, clash).
+    if ex[i] or seen[id] or
+        (far and (not b or fl == 'r') and call('HEXISTS', (ikey(g, id)), id) == 1) then
       new = 0
-      local fl = ARGV[a + 4]
       if fl == 'g' then code = TAKEN
       elseif fl ~= 'r' then code = EXISTS
       else
@@ -560,25 +582,16 @@ local function run_add(g, q, qm, qt, qe)
     if code == OK then
       seen[id] = true
       added = added + 1
-      local b
-      if sbyte(rec, 1) ~= READY then
-        b = fbucket(tonumber(ARGV[a + 2]))
-        if b then
-          local len = flen[b] or call('LLEN', fkey(g, b))
-          if len < FPOS then
-            flen[b] = len + 1
-            local l = fq[b]
-            if not l then l = {}; fq[b] = l end
-            local k = #l
-            l[k + 1] = id
-            l[k + 2] = tofar(id, rec)
-            nf = nf + 1
-          else
-            b = nil -- the bucket is full: near
-          end
-        end
-      end
-      if not b then
+      if b then
+        flen[b] = flen[b] + 1
+        local l = fq[b]
+        if not l then l = {}; fq[b] = l end
+        local k = #l
+        l[k + 1] = id
+        l[k + 2] = tofar(id, rec)
+        l[k + 3] = i
+        nf = nf + 1
+      else
         hs[nh + 1] = id
         hs[nh + 2] = rec
         nh = nh + 2
