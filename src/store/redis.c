@@ -28,7 +28,7 @@
  * other (they share a count) or all at once. */
 const struct rs_opinfo OPS[] = {
     [OP_ADD] = {"add", false},       [OP_DEL] = {"del", false},
-    [OP_ACK] = {"del", false},       [OP_GET] = {"get", false},
+    [OP_ACK] = {"del", false},       [OP_GET] = {"gets", false},
     [OP_RESERVE] = {"reserve", true}, [OP_NACK] = {"nack", false},
     [OP_TOUCH] = {"touch", false},   [OP_RELEASE] = {"release", false},
     [OP_KICK] = {"kick", true},      [OP_LIST] = {"list", true},

@@ -176,7 +176,7 @@ struct builder {
     /* Units merge: consecutive single-shard RESERVEs of one shard become
      * one script request for all their jobs (a request costs the script
      * ~4 us of Lua whatever its COUNT), handed back in unit order; so do
-     * ACKs (and DELs) and ADDs, each still told its own result. */
+     * ACKs (and DELs), ADDs and GETs, each still told its own result. */
     size_t nreq;              /* script requests */
     struct umap *um;          /* per unit (ucap of them) */
     bool merge_open;          /* the last request may take more units */
@@ -192,14 +192,15 @@ struct builder {
 /* How a unit's result is laid out in its request's: its own (a RESERVE
  * takes its share of the jobs), or one count among those of merged
  * ACKs/DELs (code, sum, counts...), or one pair among those of merged ADDs
- * (code, then code and new per add). */
-enum { UM_PLAIN, UM_DELS, UM_ADDS };
+ * (code, then code and new per add), or one value among those of merged
+ * GETs (code, then a record or nil per GET). */
+enum { UM_PLAIN, UM_DELS, UM_ADDS, UM_GETS };
 
 /* Where a unit's result is in the call's reply. */
 struct umap {
     uint32_t req;             /* the script request */
     uint32_t sub;             /* merged: its place in the request */
-    uint8_t form;             /* UM_PLAIN, UM_DELS, UM_ADDS */
+    uint8_t form;             /* UM_PLAIN, UM_DELS, UM_ADDS, UM_GETS */
     uint64_t want;            /* reserve: jobs it asked for */
 };
 

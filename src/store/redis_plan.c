@@ -358,18 +358,19 @@ static void builder_add(struct dq_store *s, struct builder *b, struct unit *u,
     }
     bool dels = (rq->op == OP_ACK || rq->op == OP_DEL) && u->ng == 1;
     bool adds = rq->op == OP_ADD && u->ng == 1;
-    bool mergeable = (rq->op == OP_RESERVE && u->ng == 1) || dels || adds;
+    bool gets = rq->op == OP_GET && u->ng == 1;
+    bool mergeable = (rq->op == OP_RESERVE && u->ng == 1) || dels || adds || gets;
     struct umap *m = &b->um[b->nu];
     memset(m, 0, sizeof *m);
     if (rq->op == OP_RESERVE || rq->op == OP_RESERVE_PUSH) b->njobs += rq->count;
     /* a GET's record can be as big as a body gets: a few a call, so that a
      * client asking for many big ones gets its replies streamed, not in one
-     * enormous call result */
+     * enormous call result (GETs merged or not) */
     if (rq->op == OP_GET) b->njobs += MAX_CALL_JOBS / MAX_CALL_GETS;
     m->want = rq->count;
-    m->form = dels ? UM_DELS : adds ? UM_ADDS : UM_PLAIN;
+    m->form = dels ? UM_DELS : adds ? UM_ADDS : gets ? UM_GETS : UM_PLAIN;
     if (mergeable && b->merge_open && b->merge_op == rq->op && b->merge_gi == gi[0]) {
-        if (dels || adds) { /* its arguments join the last request's */
+        if (dels || adds || gets) { /* its arguments join the last request's */
             size_t skip = dels ? MODE_BYTES : 0;
             s->scratch.len = 0;
             size_t na = unit_args(u, &s->scratch, now) - (dels ? 1 : 0);
@@ -391,10 +392,10 @@ static void builder_add(struct dq_store *s, struct builder *b, struct unit *u,
     arg_int(&b->reqs, (int64_t)u->ng);
     for (size_t i = 0; i < u->ng; i++) arg_int(&b->reqs, gi[i] + 1);
     size_t na;
-    if (adds) { /* nargs and the count of adds in a fixed width */
+    if (adds || gets) { /* nargs and the count of adds (GETs) in a fixed width */
         s->scratch.len = 0;
         size_t una = unit_args(u, &s->scratch, now);
-        na = una + 1; /* m, then id record due member flags per add */
+        na = una + 1; /* m, then id record due member flags per add (id per GET) */
         b->merge_off = put10(&b->reqs, na);
         b->merge_m_off = put10(&b->reqs, 1);
         buf_append(&b->reqs, s->scratch.p, s->scratch.len);

@@ -145,9 +145,9 @@ static void unit_result(struct unit *u, const redisReply *e) {
     case OP_TOPICS: case OP_CARRY:
         for (size_t i = 0; i < u->ng; i++) rq->hl[u->g0 + i] = int_at(e, i + 1);
         break;
-    case OP_GET: /* 1 id record, or nothing: no such job */
-        if (e->elements >= 4) {
-            const redisReply *rec = str_at(e, 3);
+    case OP_GET: /* the record, or nothing: no such job (see UM_GETS) */
+        if (e->elements >= 2) {
+            const redisReply *rec = str_at(e, 1);
             if (!rec || get_found(rq, rec->str, rec->len) != 0)
                 rs_req_fail(rq, DQ_UNAVAILABLE, "a malformed job record in Redis");
         }
@@ -330,6 +330,18 @@ void rs_script_cb(void *pd, redisReply *r, const char *err, bool sent) {
                 redisReply sub = {.type = REDIS_REPLY_ARRAY, .elements = 2, .element = tmp};
                 if (tmp[1]) unit_result(u, &sub);
                 else rs_req_fail(rq, DQ_UNAVAILABLE, "unexpected reply from the Redis script");
+            } else if (m->form == UM_GETS) {
+                /* GETs merged: code, then a record or nil per GET */
+                redisReply *x = v->elements >= 2 + (size_t)m->sub
+                                    ? v->element[1 + m->sub] : NULL;
+                tmp[0] = v->element[0];
+                tmp[1] = x;
+                size_t k = x && x->type == REDIS_REPLY_STRING ? 2 : 1;
+                redisReply sub = {.type = REDIS_REPLY_ARRAY, .elements = k, .element = tmp};
+                if (x && (x->type == REDIS_REPLY_STRING || x->type == REDIS_REPLY_NIL))
+                    unit_result(u, &sub);
+                else
+                    rs_req_fail(rq, DQ_UNAVAILABLE, "unexpected reply from the Redis script");
             } else {
                 unit_result(u, v);
             }

@@ -6,7 +6,11 @@ single commands with thousands of ids, so every `unpack` of the script and every
 (Lua's stack holds about 8,000 values: unchunked, they fail with "too many results to unpack").
 """
 
-from conftest import RespError, encode_command, pairs
+import random
+
+import pytest
+
+from conftest import NIL_ARRAY, RespError, encode_command, pairs
 from redisprocs import procs, url_of  # noqa: F401 (procs: fixture)
 
 N = 20000
@@ -124,3 +128,71 @@ def test_merged_requests_each_get_their_own_answer(procs):
                          ("ACK", "t", "nope")]) == [12, 1, 0, 2, 0]
     assert _pipeline(c, [("ACK", "t", "j15"), ("ACK", "t", "j16"), ("ACK", "t", "j16"),
                          ("DEL", "t", "a")]) == [1, 1, 0, 1]
+
+
+@pytest.mark.parametrize("shards", [1, 3])
+def test_pipelined_gets_see_exactly_the_requests_before_them(procs, shards):
+    """Pipelined GETs of one shard become one script request (one HMGET of the pool, the far
+    index for the misses); each must still answer what the requests before it in the pipeline
+    made of its job, and nothing of those after it. A seeded mix of runs of GETs with ADDs
+    (ready, or far: DELAY 60000 with far=1), ADD REPLACEs and DELs of the same few ids, checked
+    against a model of what each GET must see."""
+    r = procs.redis()
+    url = url_of(r, far=1, shards=shards)
+    prefix = url.split("prefix=")[1].split("&")[0]
+    s = procs.delayqd(url)
+    c = s.raw(timeout=30)
+    rnd = random.Random(8 + shards)
+    ids = ["g%d" % i for i in range(12)]
+    model = {}  # id -> (body, state)
+    cmds, want = [], []
+    for step in range(1500):
+        jid = rnd.choice(ids)
+        k = rnd.random()
+        if k < 0.55:  # a run of GETs, mostly of one shard when shards=1
+            for _ in range(rnd.randint(1, 20)):
+                g = rnd.choice(ids)
+                cmds.append(("GET", "t", g))
+                want.append(("get", model.get(g)))
+            continue
+        delay, state = ((60000, b"delayed") if rnd.random() < 0.5 else (0, b"ready"))
+        body = "b%d" % step
+        if k < 0.75:
+            cmds.append(("ADD", "t", jid, body, "DELAY", delay))
+            if jid in model:
+                want.append(("err", "EXISTS"))
+            else:
+                model[jid] = (body.encode(), state)
+                want.append(("val", jid.encode()))
+        elif k < 0.85:
+            cmds.append(("ADD", "t", jid, body, "DELAY", delay, "REPLACE"))
+            model[jid] = (body.encode(), state)
+            want.append(("val", jid.encode()))
+        else:
+            other = rnd.choice(ids)
+            both = {jid, other}
+            cmds.append(("DEL", "t", *both))
+            want.append(("val", sum(1 for x in both if model.pop(x, None))))
+    # in packets of 300 commands: each is read at once and goes out as calls of many requests
+    reps = []
+    for i in range(0, len(cmds), 300):
+        reps += _pipeline(c, cmds[i:i + 300])
+    ngets = 0
+    for i, (cmd, (kind, w), rep) in enumerate(zip(cmds, want, reps)):
+        if kind == "get":
+            ngets += 1
+            if w is None:
+                assert rep in (None, NIL_ARRAY), (i, cmd, rep)
+            else:
+                job = pairs(rep)
+                assert (job["body"], job["state"]) == w, (i, cmd, job)
+        elif kind == "err":
+            assert isinstance(rep, RespError) and rep.code == w, (i, cmd, rep)
+        else:
+            assert rep == w, (i, cmd, rep)
+    assert ngets > 3000
+    # far jobs were read back inside runs of GETs, and the delayed ones left are all far
+    assert sum(1 for kind, w in want if kind == "get" and w and w[1] == b"delayed") > 300
+    rc = r.client()
+    far = sum(int(rc.hget("{%s:t:%d}:stats" % (prefix, k), "fn") or 0) for k in range(shards))
+    assert far == sum(1 for _, st in model.values() if st == b"delayed") > 0

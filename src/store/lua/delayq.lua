@@ -55,6 +55,10 @@ local HDR = '<BIIIBIIddd' -- then 8 bytes of ord, then the body
 local BODY = 55
 local CHUNK = 1000
 local DCHUNK = 10000 -- due jobs carried per group and call
+-- ids per HMGET of a run of GETs: a record may be as big as a body gets
+-- (1 MiB by default), and one HMGET of 16 records of 512 KB costs Redis
+-- half as much again as 16 HGETs or 4 HMGETs of 4 (docs/benchmarks.md)
+local GCHUNK = 4
 local DELAYED, READY, RESERVED, DEAD = 0, 1, 2, 3
 local OK, EXISTS, BUSY, NOTRESERVED, TAKEN = 0, 1, 2, 3, 4
 local LSENT = '\0' .. ('~'):rep(64)
@@ -914,16 +918,28 @@ local function reserve_from(gs, need, rt, list, lenf)
   end
 end
 
--- get: id -> code, then 1 id record if the job exists (for a far job the
--- record it will have in the pool). Lazy: the server reports the state the
--- next carry will give the job.
-OPS.get = function(gs, a, rt)
+-- gets: m, then m ids: m GETs on one group, merged by the caller (a lone
+-- GET is a run of one) -> code, then per GET the job's record, or false if
+-- there is no such job (for a far job the record it will have in the pool).
+-- The pool is read by HMGETs of GCHUNK ids, the far index only for ids
+-- missing from it. The GETs change nothing, so the run reads where its
+-- first GET stands: after the requests before it (open completes the
+-- group's queued runs), before those after it. Lazy: the server reports the
+-- state the next carry will give the job.
+OPS.gets = function(gs, a, rt)
   local g = gs[1]
   open(g, true)
-  local id = ARGV[a]
+  local m = tonumber(ARGV[a])
   rt[1] = OK
-  local r = call('HGET', g.pool, id) or fget(g, id)
-  if r then rt[2], rt[3], rt[4] = 1, id, r end
+  for i = 1, m, GCHUNK do
+    local j = math.min(m, i + GCHUNK - 1)
+    local recs = call('HMGET', g.pool, unpack(ARGV, a + i, a + j))
+    for x = i, j do
+      local r = recs[x - i + 1]
+      if not r and fstate(g) > 0 then r = fget(g, ARGV[a + x]) or false end
+      rt[x + 1] = r
+    end
+  end
 end
 
 -- reserve: count; groups in order -> code, then gidx id record per job (the
