@@ -10,6 +10,7 @@ is far (its bucket starts more than a second from now).
 import time
 
 from conftest import NIL_ARRAY, RespError, encode_command, now_ms, pairs, wait_until
+from pushrecv import recv  # noqa: F401 (recv: fixture)
 from redisprocs import procs, url_of  # noqa: F401 (procs: fixture)
 
 
@@ -183,3 +184,27 @@ def test_far_zero_keeps_every_job_near(procs):
     assert c.call("ADD", "t", "x", "b", "DELAY", 3600000) == b"x"
     assert rc.hexists("{%s:t:0}:pool" % prefix, "x")
     assert far_keys(rc, prefix, "f") == []
+
+
+def test_far_push_job_carried_and_delivered(procs, recv):
+    """A push job (URL, content type) added far keeps them through the far list and the carry,
+    and is delivered once, on time, by the pusher."""
+    rcv = recv()
+    r, prefix, (a,) = start(procs)
+    c = a.raw()
+    rc = r.client()
+    due = now_ms() + 4000
+    assert c.call("ADD", "t", "p1", "push body", "AT", due, "URL", rcv.url("/far"),
+                  "CONTENT-TYPE", "application/json") == b"p1"
+    assert not rc.hexists("{%s:t:0}:pool" % prefix, "p1")
+    assert len(far_keys(rc, prefix, "f:")) == 1
+    job = pairs(c.call("GET", "t", "p1"))
+    assert job["url"] == rcv.url("/far").encode() and job["body"] == b"push body"
+    rcv.wait(lambda rs: len(rs) >= 1, timeout=10)
+    got = rcv.requests[0]
+    assert got.path == "/far" and got.body == b"push body"
+    assert got.headers["content-type"] == "application/json"
+    assert 0 <= int(got.headers["delayq-due"]) - due <= 1  # the job's own due time
+    assert wait_until(lambda: pairs(c.call("STATS", "t"))["acked"] == 1, 5)
+    time.sleep(0.3)  # a second delivery would show now
+    assert len(rcv.requests) == 1
