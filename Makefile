@@ -49,6 +49,12 @@ EMBED_C    := $(patsubst src/%,build/gen/%.c,$(EMBED))
 build/gen/%.c: src/% scripts/embed
 	@mkdir -p $(dir $@)
 	scripts/embed asset_$(subst -,_,$(subst .,_,$(subst /,_,$*))) < $< > $@.tmp && mv $@.tmp $@
+# The Redis store's script is one library written in two files: far.lua (its
+# far tier) is appended to delayq.lua.
+LUA_SCRIPT := src/store/lua/delayq.lua src/store/lua/far.lua
+build/gen/store/lua/delayq.lua.c: $(LUA_SCRIPT) scripts/embed
+	@mkdir -p $(dir $@)
+	cat $(LUA_SCRIPT) | scripts/embed asset_store_lua_delayq_lua > $@.tmp && mv $@.tmp $@
 store_SRC  += $(filter build/gen/store/%,$(EMBED_C))
 front_SRC  += $(filter build/gen/front/%,$(EMBED_C))
 

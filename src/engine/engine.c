@@ -674,6 +674,8 @@ int64_t engine_kick(struct engine *e, int64_t now, struct dq_str topic,
     return n;
 }
 
+/* A job of a purged topic (PURGE, or the reaper's slices of a grave): out
+ * of wherever it is placed, freed. */
 static void purge_cb(void *ud, struct hnode *n) {
     struct job *j = job_of_h(n);
     unplace(ud, j);
@@ -714,13 +716,6 @@ static int64_t purge_later(struct engine *e, struct topic *t) {
     return (int64_t)n;
 }
 
-static void reap_job_cb(void *ud, struct hnode *n) {
-    struct engine *e = ud;
-    struct job *j = job_of_h(n);
-    unplace(e, j);
-    job_free(e, j);
-}
-
 bool engine_reap(struct engine *e, uint32_t budget) {
     uint64_t visits = budget;
     while (e->graves && visits > 0) {
@@ -730,7 +725,7 @@ bool engine_reap(struct engine *e, uint32_t budget) {
             uint64_t left = far ? htab_drain(&g->far, &g->reap_pos, &visits,
                                              en_stub_drop_cb, e)
                                 : htab_drain(&g->jobs, &g->reap_pos, &visits,
-                                             reap_job_cb, e);
+                                             purge_cb, e);
             if (far && left == 0) g->reap_pos = 0; /* the jobs next */
             if (left) continue;
             if (far) continue;

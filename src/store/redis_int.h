@@ -10,7 +10,7 @@
  *                  and completing the units;
  *   redis_sched.c  topics and shards, the timer heap, the registry, pub/sub
  *                  wakeups, carries and the sweep.
- * The Lua script is src/store/lua/delayq.lua; connections are
+ * The Lua script is src/store/lua/delayq.lua + far.lua; connections are
  * redis_client.c (Sentinel: redis_sentinel.c); URLs and key slots redis_url.c.
  *
  * Request life: submitted (waiting for the store to be configured, or in

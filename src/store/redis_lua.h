@@ -1,11 +1,12 @@
 /* redis_lua.h -- the Lua script of the Redis store.
  *
- * One script (src/store/lua/delayq.lua) holds every job transition (add,
- * del/ack, reserve, nack, touch, release, kick, list, purge, stats, carry);
- * a call runs a batch of requests, each of them whole, atomically.
- * docs/redis.md describes the key layout, the record format and each
- * transition; the source is the reference. The Makefile turns the .lua file
- * into C at build time (scripts/embed).
+ * One script (src/store/lua/delayq.lua, and far.lua, its far tier, appended)
+ * holds every job transition (add, del/ack, get, reserve, nack, touch,
+ * release, kick, list, purge, stats, carry); a call runs a batch of
+ * requests, each of them whole, atomically. docs/redis.md describes the key
+ * layout, the record format and each transition; the source is the
+ * reference. The Makefile joins the .lua files and turns them into C at
+ * build time (scripts/embed).
  */
 #ifndef DQ_REDIS_LUA_H
 #define DQ_REDIS_LUA_H

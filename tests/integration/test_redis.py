@@ -164,9 +164,10 @@ def test_fleet_sweep_moves_jobs_no_instance_was_told_about(procs):
 
 
 def _script_source():
-    """The script as delayqd sends it with EVAL (redis_client.c: script_forms)."""
-    src = open(os.path.join(os.path.dirname(__file__), "..", "..", "src", "store", "lua",
-                            "delayq.lua")).read()
+    """The script as delayqd sends it with EVAL (redis_client.c: script_forms): delayq.lua
+    and far.lua, joined as the build joins them (Makefile, LUA_SCRIPT)."""
+    lua = os.path.join(os.path.dirname(__file__), "..", "..", "src", "store", "lua")
+    src = "".join(open(os.path.join(lua, f)).read() for f in ("delayq.lua", "far.lua"))
     body = src.split("\n", 1)[1]
     return "#!lua\nlocal EK, EA = KEYS, ARGV\n%s\nreturn main(EK, EA)\n" % body
 

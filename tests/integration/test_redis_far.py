@@ -7,9 +7,11 @@ The URL's far=1 makes buckets of 1 s carried 1 s before they start, so a job del
 is far (its bucket starts more than a second from now).
 """
 
+import signal
 import time
 
 from conftest import NIL_ARRAY, RespError, encode_command, now_ms, pairs, wait_until
+from pushrecv import recv  # noqa: F401 (recv: fixture)
 from redisprocs import procs, url_of  # noqa: F401 (procs: fixture)
 
 
@@ -183,3 +185,62 @@ def test_far_zero_keeps_every_job_near(procs):
     assert c.call("ADD", "t", "x", "b", "DELAY", 3600000) == b"x"
     assert rc.hexists("{%s:t:0}:pool" % prefix, "x")
     assert far_keys(rc, prefix, "f") == []
+
+
+def test_far_push_job_carried_and_delivered(procs, recv):
+    """A push job (URL, content type) added far keeps them through the far list and the carry,
+    and is delivered once, on time, by the pusher."""
+    rcv = recv()
+    r, prefix, (a,) = start(procs)
+    c = a.raw()
+    rc = r.client()
+    due = now_ms() + 4000
+    assert c.call("ADD", "t", "p1", "push body", "AT", due, "URL", rcv.url("/far"),
+                  "CONTENT-TYPE", "application/json") == b"p1"
+    assert not rc.hexists("{%s:t:0}:pool" % prefix, "p1")
+    assert len(far_keys(rc, prefix, "f:")) == 1
+    job = pairs(c.call("GET", "t", "p1"))
+    assert job["url"] == rcv.url("/far").encode() and job["body"] == b"push body"
+    rcv.wait(lambda rs: len(rs) >= 1, timeout=10)
+    got = rcv.requests[0]
+    assert got.path == "/far" and got.body == b"push body"
+    assert got.headers["content-type"] == "application/json"
+    assert 0 <= int(got.headers["delayq-due"]) - due <= 1  # the job's own due time
+    assert wait_until(lambda: pairs(c.call("STATS", "t"))["acked"] == 1, 5)
+    time.sleep(0.3)  # a second delivery would show now
+    assert len(rcv.requests) == 1
+
+
+def test_far_carry_cut_by_redis_kill9_loses_nothing(procs):
+    """Redis killed (-9, AOF always) while the carry takes a bucket of 25,000 far jobs, 10,000
+    entries a call: after its restart every job is there, far or near, and comes out once."""
+    r = procs.redis("--appendonly", "yes", "--appendfsync", "always")
+    url = url_of(r, far=1)
+    prefix = url.split("prefix=")[1].split("&")[0]
+    s = procs.delayqd(url)
+    c = s.raw(timeout=60)
+    rc = r.client()
+    n = 25000
+    due = now_ms() + 3000
+    ids = ["k%05d" % i for i in range(n)]
+    for i in range(0, n, 1000):
+        assert all(not isinstance(x, RespError)
+                   for x in pipeline(c, [("ADD", "t", j, "b-" + j, "AT", due) for j in ids[i:i + 1000]]))
+    pool = "{%s:t:0}:pool" % prefix
+    # the carry is under way (or done) once the pool holds some of them
+    assert wait_until(lambda: rc.hlen(pool) > 0, 10, 0.001)
+    r.stop(signal.SIGKILL)
+    r.start()
+    w = s.raw(timeout=30)
+    assert wait_until(lambda: isinstance(w.call("STATS", "t"), list), 10, 0.05)
+    st = pairs(w.call("STATS", "t"))
+    assert st["jobs_delayed"] + st["jobs_ready"] == n
+    got = set()
+    while len(got) < n:
+        jobs = w.call("RESERVE", "TIMEOUT", 10000, "COUNT", 1000, "FROM", "t")
+        assert jobs is not NIL_ARRAY, len(got)
+        for j in jobs:
+            assert j[1] not in got and j[2] == b"b-" + j[1]
+            got.add(j[1])
+        assert w.call("ACK", "t", *[j[1] for j in jobs]) == len(jobs)
+    assert w.call("RESERVE", "TIMEOUT", 1500, "FROM", "t") is NIL_ARRAY
