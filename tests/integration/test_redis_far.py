@@ -244,3 +244,47 @@ def test_far_carry_cut_by_redis_kill9_loses_nothing(procs):
             got.add(j[1])
         assert w.call("ACK", "t", *[j[1] for j in jobs]) == len(jobs)
     assert w.call("RESERVE", "TIMEOUT", 1500, "FROM", "t") is NIL_ARRAY
+
+
+def _wrongtype_errors(rc):
+    v = rc.info("errorstats").get("errorstat_WRONGTYPE", "count=0")  # redis-py: "count=N"
+    return int(v["count"]) if isinstance(v, dict) else int(v.split("=")[1])
+
+
+def test_far_carry_stopped_halfway_writes_nothing(procs):
+    """A carry that fails on one of the index hashes it reads (here the hash is made a string,
+    as a hash that has moved to another node fails during resharding) has written nothing: no
+    job is in the pool and the other hashes still hold theirs. Once the hash is back, every job
+    comes out once."""
+    r, prefix, (a,) = start(procs)
+    c = a.raw(timeout=30)
+    rc = r.client()
+    n = 200
+    due = now_ms() + 4000
+    ids = ["s%03d" % i for i in range(n)]
+    assert all(not isinstance(x, RespError)
+               for x in pipeline(c, [("ADD", "t", j, "b-" + j, "AT", due) for j in ids]))
+    idx = far_keys(rc, prefix, "fi:")
+    assert len(idx) >= 2
+    victim = idx[len(idx) // 2]
+    saved = rc.hgetall(victim)
+    held = {k: rc.hlen(k) for k in idx if k != victim}
+    errors0 = _wrongtype_errors(rc)
+    rc.delete(victim)
+    rc.set(victim, "not a hash")
+    # the carry's time comes (a second before the bucket starts) and it fails
+    assert wait_until(lambda: _wrongtype_errors(rc) > errors0, 10, 0.01)
+    assert rc.hlen("{%s:t:0}:pool" % prefix) == 0
+    assert {k: rc.hlen(k) for k in idx if k != victim} == held
+    rc.delete(victim)
+    rc.hset(victim, mapping=saved)
+    w = a.raw(timeout=30)
+    got = set()
+    while len(got) < n:
+        jobs = w.call("RESERVE", "TIMEOUT", 10000, "COUNT", 100, "FROM", "t")
+        assert jobs is not NIL_ARRAY, len(got)
+        for j in jobs:
+            assert j[1] not in got and j[2] == b"b-" + j[1]
+            got.add(j[1])
+        assert w.call("ACK", "t", *[j[1] for j in jobs]) == len(jobs)
+    assert got == {j.encode() for j in ids}

@@ -3,8 +3,9 @@
 -- One call runs a batch of requests against a set of shard groups; each
 -- request is one transition and all of them run in this one atomic script.
 --
--- KEYS: 7 per group: pool ready delay lease dead stats pready (one hash tag
--- each; the far tier's keys, below, are named from pool's).
+-- KEYS: 9 per group: pool ready delay lease dead stats pready fz fo (one
+-- hash tag each; the far tier's lists and index hashes, far.lua, are named
+-- from pool's).
 -- ARGV: now inst chan far G, G x (topic shard carry), R, then R requests:
 --       far: the far tier's bucket width and horizon in ms (0: none);
 --       op ngroups gidx... nargs args...
@@ -594,12 +595,6 @@ local function finish(g)
   for f, n in pairs(g.c) do
     if n ~= 0 then call('HINCRBY', g.stats, f, n) end
   end
-  if g.fn then
-    if g.fn == 0 then g.fl, g.fs = 0, 0 end -- every index hash is empty
-    if g.fn ~= g.fn0 or g.fl ~= g.fl0 or g.fs ~= g.fs0 then
-      call('HSET', g.stats, 'fn', g.fn, 'fl', g.fl, 'fs', g.fs)
-    end
-  end
   local nx = -2
   if g.exact or g.moved then
     nx = nextdue(g)
@@ -1032,10 +1027,10 @@ local function main(keys, args)
   local groups = {}
   local p = 6
   for i = 1, G do
-    local b = (i - 1) * 7
+    local b = (i - 1) * 9
     local base = ssub(KEYS[b + 1], 1, -5) -- the tag and ':', before 'pool'
     groups[i] = {pool = KEYS[b + 1], ready = KEYS[b + 2], delay = KEYS[b + 3],
-      base = base, fz = base .. 'fz', fo = base .. 'fo',
+      base = base, fz = KEYS[b + 8], fo = KEYS[b + 9],
       lease = KEYS[b + 4], dead = KEYS[b + 5], stats = KEYS[b + 6], pready = KEYS[b + 7],
       topic = ARGV[p], shard = ARGV[p + 1], cf = ARGV[p + 2],
       qa = {}, qam = {}, qat = {}, qae = {},

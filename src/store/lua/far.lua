@@ -27,6 +27,20 @@
 -- leaves its list entry behind (a hole: the index no longer points at it),
 -- which the carry and LIST skip. A bucket holds at most FPOS entries (the
 -- LIST cursor's room); adds beyond that, and past 2092, stay near.
+--
+-- If a call stops halfway. Redis does not undo what a script did before an
+-- error, and the lists and index hashes are not among the call's KEYS (their
+-- names depend on the data), so Redis checks them only when they are used:
+-- while their slot migrates to another node (resharding), the first use of
+-- one that is not here fails the call. So every far operation reads all
+-- it needs before it writes, writes in an order where each prefix is a
+-- state the others handle, and keeps its bookkeeping at once, not at the
+-- end of the call: ADD registers the bucket in fz and counts the jobs (fn)
+-- before it pushes them (a count may run over, never short: at 0 the index
+-- is empty); the carry writes the pool and the delay zset before the index
+-- forgets the jobs, and moves its bookmark (fo) last (an entry met again is
+-- a hole); a split writes the moved entries before it deletes them and then
+-- the new level and split pointer. fz and fo are among the KEYS.
 local EPOCH = 1704067200000 -- 2024-01-01, as ord's
 local FLOAD = 32
 local Z8 = '\0\0\0\0\0\0\0\0'
@@ -36,9 +50,20 @@ function fstate(g)
   if not g.fn then
     local v = call('HMGET', g.stats, 'fn', 'fl', 'fs')
     g.fn, g.fl, g.fs = tonumber(v[1]) or 0, tonumber(v[2]) or 0, tonumber(v[3]) or 0
-    g.fn0, g.fl0, g.fs0 = g.fn, g.fl, g.fs
   end
   return g.fn
+end
+
+-- adds d to the count of far jobs, at once (see "If a call stops halfway");
+-- at 0 the index starts again from one hash
+local function fcount(g, d)
+  if d == 0 then return end
+  g.fn = g.fn + d
+  call('HINCRBY', g.stats, 'fn', d)
+  if g.fn <= 0 and (g.fl > 0 or g.fs > 0) then
+    g.fl, g.fs = 0, 0
+    call('HSET', g.stats, 'fl', 0, 'fs', 0)
+  end
 end
 
 function fkey(g, b) return g.base .. 'f:' .. fmt('%d', b) end
@@ -85,7 +110,7 @@ end
 -- forgets far job id (its list entry becomes a hole); true if it was one
 function fdel(g, id)
   if fstate(g) == 0 or call('HDEL', (ikey(g, id)), id) == 0 then return false end
-  g.fn = g.fn - 1
+  fcount(g, -1)
   return true
 end
 
@@ -109,6 +134,7 @@ local function split(g)
   end
   g.fs = g.fs + 1
   if g.fs == m then g.fl = g.fl + 1; g.fs = 0 end
+  call('HSET', g.stats, 'fl', g.fl, 'fs', g.fs)
 end
 
 -- appends far jobs: q maps a bucket to its ids, far records and their
@@ -120,19 +146,20 @@ function fput(g, q, clash)
   for b, l in pairs(q) do
     local fs = {}
     for i = 2, #l, 3 do fs[#fs + 1] = l[i] end
+    local start = EPOCH + b * 1000
+    call('ZADD', g.fz, 'NX', fmt('%d', start), fmt('%d', b))
+    fcount(g, #fs) -- before the index has them: a count never falls short
     local len = callv('RPUSH', fkey(g, b), fs)
-    local pos = len - #fs
+    local pos, taken = len - #fs, 0
     for i = 1, #l, 3 do
       local id = l[i]
-      if call('HSETNX', (ikey(g, id)), id, spack('<II', b, pos)) == 1 then
-        g.fn = g.fn + 1
-      else
+      if call('HSETNX', (ikey(g, id)), id, spack('<II', b, pos)) == 0 then
         clash(l[i + 2])
+        taken = taken + 1
       end
       pos = pos + 1
     end
-    local start = EPOCH + b * 1000
-    call('ZADD', g.fz, 'NX', fmt('%d', start), fmt('%d', b))
+    fcount(g, -taken)
     -- the instances wake for the carry, FW before the bucket starts
     if not g.h0 then g.h0 = nextdue(g) end
     if not g.mi or start - FW < g.mi then g.mi = start - FW end
@@ -155,24 +182,32 @@ function fcarry(g)
     local k = tonumber(call('HGET', g.fo, bs)) or 0
     local want = math.min(budget, CHUNK)
     local fs = call('LRANGE', key, k, k + want - 1)
-    local hs, pz = {}, {}
+    -- reads first: the live entries (the index points at them)
+    local ids, recs, iks = {}, {}, {}
     for i = 1, #fs do
       local id, r = unfar(fs[i])
       local ik = ikey(g, id)
       if call('HGET', ik, id) == spack('<II', b, k + i - 1) then
-        call('HDEL', ik, id)
-        hs[#hs + 1] = id
-        hs[#hs + 1] = r
-        local due = sunpack('<d', r, 23)
-        pz[#pz + 1] = fmt('%d', due)
-        pz[#pz + 1] = dmember(r, id)
-        insert(g, due, 'd')
+        ids[#ids + 1], recs[#recs + 1], iks[#iks + 1] = id, r, ik
       end
     end
-    if #hs > 0 then
+    -- then the pool and the delay zset, then the index forgets them
+    if #ids > 0 then
+      local hs, pz, byk = {}, {}, {}
+      for i = 1, #ids do
+        local id, r = ids[i], recs[i]
+        hs[2 * i - 1], hs[2 * i] = id, r
+        local due = sunpack('<d', r, 23)
+        pz[2 * i - 1], pz[2 * i] = fmt('%d', due), dmember(r, id)
+        insert(g, due, 'd')
+        local l = byk[iks[i]]
+        if not l then l = {}; byk[iks[i]] = l end
+        l[#l + 1] = id
+      end
       callv('HSET', g.pool, hs)
       callv('ZADD', g.delay, pz)
-      g.fn = g.fn - #hs / 2
+      for ik, l in pairs(byk) do callv('HDEL', ik, l) end
+      fcount(g, -#ids)
     end
     budget = budget - #fs
     if #fs < want then
@@ -219,12 +254,13 @@ end
 -- deletes every far job of the group; returns how many there were
 function fpurge(g)
   local n = fstate(g)
-  for _, b in ipairs(call('ZRANGE', g.fz, 0, -1)) do call('UNLINK', g.base .. 'f:' .. b) end
+  -- the index first: a list entry it no longer points at is a hole
   local keys = {}
   for i = 0, 2 ^ g.fl + g.fs - 1 do keys[#keys + 1] = g.base .. 'fi:' .. fmt('%d', i) end
-  keys[#keys + 1] = g.fz
-  keys[#keys + 1] = g.fo
   for i = 1, #keys, CHUNK do call('UNLINK', unpack(keys, i, math.min(#keys, i + CHUNK - 1))) end
+  for _, b in ipairs(call('ZRANGE', g.fz, 0, -1)) do call('UNLINK', g.base .. 'f:' .. b) end
+  call('UNLINK', g.fz, g.fo)
   g.fn, g.fl, g.fs = 0, 0, 0
+  call('HSET', g.stats, 'fn', 0, 'fl', 0, 'fs', 0)
   return n
 end
