@@ -31,6 +31,19 @@ def pipeline(c, cmds):
     return [c.read() for _ in cmds]
 
 
+def consume(w, want, prefix=b"b-"):
+    """Reserves and acks until every id of want came out: each once, with body prefix + id."""
+    got = set()
+    while len(got) < len(want):
+        jobs = w.call("RESERVE", "TIMEOUT", 10000, "COUNT", 500, "FROM", "t")
+        assert jobs is not NIL_ARRAY, len(got)
+        for j in jobs:
+            assert j[1] not in got and j[2] == prefix + j[1]
+            got.add(j[1])
+        assert w.call("ACK", "t", *[j[1] for j in jobs]) == len(jobs)
+    assert got == {j.encode() for j in want}
+
+
 def test_far_job_kept_compact_and_read_back_whole(procs):
     r, prefix, (a,) = start(procs)
     c = a.raw()
@@ -165,15 +178,7 @@ def test_far_index_splits_and_big_bucket_carried_whole(procs):
         assert c.call("DEL", "t", *part) == len(part)
     assert pairs(c.call("GET", "t", "k00001"))["body"] == b"body-k00001"
     w = b.raw(timeout=30)
-    got = set()
-    while len(got) < n - len(gone):
-        jobs = w.call("RESERVE", "TIMEOUT", 10000, "COUNT", 500, "FROM", "t")
-        assert jobs is not NIL_ARRAY, len(got)
-        for j in jobs:
-            assert j[1] not in got and j[2] == b"body-" + j[1]
-            got.add(j[1])
-        assert w.call("ACK", "t", *[j[1] for j in jobs]) == len(jobs)
-    assert got == {j.encode() for j in ids if j not in gone}
+    consume(w, [j for j in ids if j not in gone], b"body-")
     assert wait_until(lambda: far_keys(rc, prefix, "f") == [], 5, 0.05)
     assert rc.hget("{%s:t:0}:stats" % prefix, "fn") == b"0"
 
@@ -235,14 +240,7 @@ def test_far_carry_cut_by_redis_kill9_loses_nothing(procs):
     assert wait_until(lambda: isinstance(w.call("STATS", "t"), list), 10, 0.05)
     st = pairs(w.call("STATS", "t"))
     assert st["jobs_delayed"] + st["jobs_ready"] == n
-    got = set()
-    while len(got) < n:
-        jobs = w.call("RESERVE", "TIMEOUT", 10000, "COUNT", 1000, "FROM", "t")
-        assert jobs is not NIL_ARRAY, len(got)
-        for j in jobs:
-            assert j[1] not in got and j[2] == b"b-" + j[1]
-            got.add(j[1])
-        assert w.call("ACK", "t", *[j[1] for j in jobs]) == len(jobs)
+    consume(w, ids)
     assert w.call("RESERVE", "TIMEOUT", 1500, "FROM", "t") is NIL_ARRAY
 
 
@@ -279,12 +277,4 @@ def test_far_carry_stopped_halfway_writes_nothing(procs):
     rc.delete(victim)
     rc.hset(victim, mapping=saved)
     w = a.raw(timeout=30)
-    got = set()
-    while len(got) < n:
-        jobs = w.call("RESERVE", "TIMEOUT", 10000, "COUNT", 100, "FROM", "t")
-        assert jobs is not NIL_ARRAY, len(got)
-        for j in jobs:
-            assert j[1] not in got and j[2] == b"b-" + j[1]
-            got.add(j[1])
-        assert w.call("ACK", "t", *[j[1] for j in jobs]) == len(jobs)
-    assert got == {j.encode() for j in ids}
+    consume(w, ids)
