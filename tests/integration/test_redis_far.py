@@ -159,7 +159,7 @@ def test_far_list_stats_and_purge(procs):
 
 def test_far_index_splits_and_big_bucket_carried_whole(procs):
     """12,000 far jobs in one bucket: the index grows to hashes that stay listpacks, the carry
-    takes the bucket in several calls (1,000 entries a call), and every live job comes out once,
+    takes the bucket in many calls (100 entries a call), and every live job comes out once,
     through another instance than the one that added them."""
     r, prefix, (a, b) = start(procs, n=2)
     c = a.raw(timeout=30)
@@ -217,7 +217,7 @@ def test_far_push_job_carried_and_delivered(procs, recv):
 
 
 def test_far_carry_cut_by_redis_kill9_loses_nothing(procs):
-    """Redis killed (-9, AOF always) while the carry takes a bucket of 25,000 far jobs, 1,000
+    """Redis killed (-9, AOF always) while the carry takes a bucket of 25,000 far jobs, 100
     entries a call: after its restart every job is there, far or near, and comes out once."""
     r = procs.redis("--appendonly", "yes", "--appendfsync", "always")
     url = url_of(r, far=1)

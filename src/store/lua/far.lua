@@ -43,8 +43,8 @@
 -- the new level and split pointer. fz and fo are among the KEYS.
 local EPOCH = 1704067200000 -- 2024-01-01, as ord's
 local FLOAD = 32
-local FCHUNK = 1000 -- far list entries a call carries (~8 us each: ~8 ms a
-                    -- call, as the near carry; more go in the calls after)
+local FCHUNK = 100 -- far list entries a call carries (~10 us each: ~1 ms a
+                   -- call; the timers send the next call at once)
 local Z8 = '\0\0\0\0\0\0\0\0'
 
 -- the group's far state, read once per call; returns how many far jobs
@@ -170,13 +170,18 @@ function fput(g, q, clash)
 end
 
 -- moves the jobs of the buckets starting by now + FW to the pool and the
--- delay zset, up to FCHUNK list entries a call; fo holds how far a bucket
+-- delay zset, up to FCHUNK list entries a call, ten times that once the
+-- first starts within FW / 2 (behind: a bucket as full as ADDs can make it
+-- is carried in about FW / 2 at FCHUNK a call); fo holds how far a bucket
 -- got, whose list is deleted when done
 function fcarry(g)
-  local budget = FCHUNK
-  while budget > 0 do
-    local h = call('ZRANGEBYSCORE', g.fz, '-inf', now + FW, 'LIMIT', 0, 1)
+  local budget
+  while budget ~= 0 do
+    local h = call('ZRANGEBYSCORE', g.fz, '-inf', now + FW, 'WITHSCORES', 'LIMIT', 0, 1)
     if #h == 0 then return end
+    if not budget then
+      budget = tonumber(h[2]) - now < FW / 2 and 10 * FCHUNK or FCHUNK
+    end
     fstate(g)
     local bs = h[1]
     local b = tonumber(bs)
