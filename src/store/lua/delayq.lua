@@ -346,7 +346,7 @@ local function run_add(g, q, qm, qt, qe)
     -- taken: in the pool, earlier in this run, or far. A far-bound add
     -- without REPLACE asks the far index by its HSETNX (fput, clash).
     if ex[i] or seen[id] or
-        (far and (not b or fl == 'r') and call('HEXISTS', (ikey(g, id)), id) == 1) then
+        (far and (not b or fl == 'r') and call('HEXISTS', ikey(g, id), id) == 1) then
       new = 0
       if fl == 'g' then code = TAKEN
       elseif fl ~= 'r' then code = EXISTS

@@ -70,13 +70,16 @@ end
 
 function fkey(g, b) return g.base .. 'f:' .. fmt('%d', b) end
 
+-- an id's hash for the index: the top 32 bits of its SHA-1
+local function ihash(id) return tonumber(ssub(redis.sha1hex(id), 1, 8), 16) end
+
 -- the index hash holding id
 function ikey(g, id)
-  local h = tonumber(ssub(redis.sha1hex(id), 1, 8), 16)
+  local h = ihash(id)
   local m = 2 ^ g.fl
   local n = h % m
   if n < g.fs then n = h % (2 * m) end
-  return g.base .. 'fi:' .. fmt('%d', n), h
+  return g.base .. 'fi:' .. fmt('%d', n)
 end
 
 -- the bucket (its start, s from 2024) of a delayed job due then, or nil
@@ -100,7 +103,7 @@ end
 -- the far record of id, or nil
 function fget(g, id)
   if fstate(g) == 0 then return nil end
-  local v = call('HGET', (ikey(g, id)), id)
+  local v = call('HGET', ikey(g, id), id)
   if not v then return nil end
   local b, pos = sunpack('<II', v)
   local f = call('LINDEX', fkey(g, b), pos)
@@ -111,7 +114,7 @@ end
 
 -- forgets far job id (its list entry becomes a hole); true if it was one
 function fdel(g, id)
-  if fstate(g) == 0 or call('HDEL', (ikey(g, id)), id) == 0 then return false end
+  if fstate(g) == 0 or call('HDEL', ikey(g, id), id) == 0 then return false end
   fcount(g, -1)
   return true
 end
@@ -124,7 +127,7 @@ local function split(g)
   local mv, gone = {}, {}
   for i = 1, #kv, 2 do
     local id = kv[i]
-    if tonumber(ssub(redis.sha1hex(id), 1, 8), 16) % (2 * m) ~= g.fs then
+    if ihash(id) % (2 * m) ~= g.fs then
       mv[#mv + 1] = id
       mv[#mv + 1] = kv[i + 1]
       gone[#gone + 1] = id
@@ -155,7 +158,7 @@ function fput(g, q, clash)
     local pos, taken = len - #fs, 0
     for i = 1, #l, 3 do
       local id = l[i]
-      if call('HSETNX', (ikey(g, id)), id, spack('<II', b, pos)) == 0 then
+      if call('HSETNX', ikey(g, id), id, spack('<II', b, pos)) == 0 then
         clash(l[i + 2])
         taken = taken + 1
       end
@@ -248,7 +251,7 @@ function farpage(g, c, n, out)
     for i = 1, #fs do
       local l = sbyte(fs[i], 1) + 1
       local id = ssub(fs[i], 2, l + 1)
-      if call('HGET', (ikey(g, id)), id) == spack('<II', b, pos + i - 1) then
+      if call('HGET', ikey(g, id), id) == spack('<II', b, pos + i - 1) then
         out[#out + 1] = id
       end
     end
