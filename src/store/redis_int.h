@@ -41,7 +41,7 @@
 #include "store/result.h"
 #include "store/store.h"
 
-#define NKEYS 7                  /* keys per group */
+#define NKEYS 9                  /* keys per group */
 #define CALL_TIMEOUT_US 1800000  /* every request answers within 2 s */
 #define MAX_CALL_REQS 128        /* requests per script call */
 #define MAX_CALL_BYTES (1 << 20) /* argument bytes per script call */

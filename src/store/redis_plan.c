@@ -435,7 +435,7 @@ static void builder_add(struct dq_store *s, struct builder *b, struct unit *u,
 static void builder_send(struct dq_store *s, struct builder *b, int64_t now) {
     if (b->nu == 0) return;
     static const char *const suffix[NKEYS] = {"pool", "ready", "delay", "lease",
-                                              "dead", "stats", "pready"};
+                                              "dead", "stats", "pready", "fz", "fo"};
     struct buf out = BUF_INIT;
     int64_t deadline = INT64_MAX;
     arg_int(&out, (int64_t)(NKEYS * b->ng));

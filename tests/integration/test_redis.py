@@ -147,13 +147,14 @@ def test_fleet_sweep_moves_jobs_no_instance_was_told_about(procs):
     # through the script with another channel, so no instance hears of it
     rc = r.client()
     prefix = url.split("prefix=")[1]
-    keys = ["{%s:t:0}:%s" % (prefix, k) for k in ("pool", "ready", "delay", "lease", "dead", "stats", "pready")]
+    keys = ["{%s:t:0}:%s" % (prefix, k)
+            for k in ("pool", "ready", "delay", "lease", "dead", "stats", "pready", "fz", "fo")]
     script = _script_source()
     due = now_ms() + 300
     now = now_ms()
     ord8 = struct.pack(">Q", now << 22)
     record = struct.pack("<BIIIBIIddd", 0, 0, 30000, 3, 0, 1000, 3600000, due, now, 0) + ord8 + b"b"
-    rc.eval(script, 7, *keys, now, "other", "nowhere", 60000, 1, "t", 0, 0, 1,
+    rc.eval(script, 9, *keys, now, "other", "nowhere", 60000, 1, "t", 0, 0, 1,
             "adds", 1, 1, 6, 1, "ghost", record, due, ord8 + b"ghost", "-")
     w = a.raw(timeout=10)
     got = w.call("RESERVE", "TIMEOUT", 5000, "FROM", "t")

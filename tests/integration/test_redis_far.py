@@ -31,6 +31,19 @@ def pipeline(c, cmds):
     return [c.read() for _ in cmds]
 
 
+def consume(w, want, prefix=b"b-"):
+    """Reserves and acks until every id of want came out: each once, with body prefix + id."""
+    got = set()
+    while len(got) < len(want):
+        jobs = w.call("RESERVE", "TIMEOUT", 10000, "COUNT", 500, "FROM", "t")
+        assert jobs is not NIL_ARRAY, len(got)
+        for j in jobs:
+            assert j[1] not in got and j[2] == prefix + j[1]
+            got.add(j[1])
+        assert w.call("ACK", "t", *[j[1] for j in jobs]) == len(jobs)
+    assert got == {j.encode() for j in want}
+
+
 def test_far_job_kept_compact_and_read_back_whole(procs):
     r, prefix, (a,) = start(procs)
     c = a.raw()
@@ -146,7 +159,7 @@ def test_far_list_stats_and_purge(procs):
 
 def test_far_index_splits_and_big_bucket_carried_whole(procs):
     """12,000 far jobs in one bucket: the index grows to hashes that stay listpacks, the carry
-    takes the bucket in several calls (10,000 entries a call), and every live job comes out once,
+    takes the bucket in many calls (100 entries a call), and every live job comes out once,
     through another instance than the one that added them."""
     r, prefix, (a, b) = start(procs, n=2)
     c = a.raw(timeout=30)
@@ -165,15 +178,7 @@ def test_far_index_splits_and_big_bucket_carried_whole(procs):
         assert c.call("DEL", "t", *part) == len(part)
     assert pairs(c.call("GET", "t", "k00001"))["body"] == b"body-k00001"
     w = b.raw(timeout=30)
-    got = set()
-    while len(got) < n - len(gone):
-        jobs = w.call("RESERVE", "TIMEOUT", 10000, "COUNT", 500, "FROM", "t")
-        assert jobs is not NIL_ARRAY, len(got)
-        for j in jobs:
-            assert j[1] not in got and j[2] == b"body-" + j[1]
-            got.add(j[1])
-        assert w.call("ACK", "t", *[j[1] for j in jobs]) == len(jobs)
-    assert got == {j.encode() for j in ids if j not in gone}
+    consume(w, [j for j in ids if j not in gone], b"body-")
     assert wait_until(lambda: far_keys(rc, prefix, "f") == [], 5, 0.05)
     assert rc.hget("{%s:t:0}:stats" % prefix, "fn") == b"0"
 
@@ -212,7 +217,7 @@ def test_far_push_job_carried_and_delivered(procs, recv):
 
 
 def test_far_carry_cut_by_redis_kill9_loses_nothing(procs):
-    """Redis killed (-9, AOF always) while the carry takes a bucket of 25,000 far jobs, 10,000
+    """Redis killed (-9, AOF always) while the carry takes a bucket of 25,000 far jobs, 100
     entries a call: after its restart every job is there, far or near, and comes out once."""
     r = procs.redis("--appendonly", "yes", "--appendfsync", "always")
     url = url_of(r, far=1)
@@ -235,12 +240,41 @@ def test_far_carry_cut_by_redis_kill9_loses_nothing(procs):
     assert wait_until(lambda: isinstance(w.call("STATS", "t"), list), 10, 0.05)
     st = pairs(w.call("STATS", "t"))
     assert st["jobs_delayed"] + st["jobs_ready"] == n
-    got = set()
-    while len(got) < n:
-        jobs = w.call("RESERVE", "TIMEOUT", 10000, "COUNT", 1000, "FROM", "t")
-        assert jobs is not NIL_ARRAY, len(got)
-        for j in jobs:
-            assert j[1] not in got and j[2] == b"b-" + j[1]
-            got.add(j[1])
-        assert w.call("ACK", "t", *[j[1] for j in jobs]) == len(jobs)
+    consume(w, ids)
     assert w.call("RESERVE", "TIMEOUT", 1500, "FROM", "t") is NIL_ARRAY
+
+
+def _wrongtype_errors(rc):
+    v = rc.info("errorstats").get("errorstat_WRONGTYPE", "count=0")  # redis-py: "count=N"
+    return int(v["count"]) if isinstance(v, dict) else int(v.split("=")[1])
+
+
+def test_far_carry_stopped_halfway_writes_nothing(procs):
+    """A carry that fails on one of the index hashes it reads (here the hash is made a string,
+    as a hash that has moved to another node fails during resharding) has written nothing: no
+    job is in the pool and the other hashes still hold theirs. Once the hash is back, every job
+    comes out once."""
+    r, prefix, (a,) = start(procs)
+    c = a.raw(timeout=30)
+    rc = r.client()
+    n = 200
+    due = now_ms() + 4000
+    ids = ["s%03d" % i for i in range(n)]
+    assert all(not isinstance(x, RespError)
+               for x in pipeline(c, [("ADD", "t", j, "b-" + j, "AT", due) for j in ids]))
+    idx = far_keys(rc, prefix, "fi:")
+    assert len(idx) >= 2
+    victim = idx[len(idx) // 2]
+    saved = rc.hgetall(victim)
+    held = {k: rc.hlen(k) for k in idx if k != victim}
+    errors0 = _wrongtype_errors(rc)
+    rc.delete(victim)
+    rc.set(victim, "not a hash")
+    # the carry's time comes (a second before the bucket starts) and it fails
+    assert wait_until(lambda: _wrongtype_errors(rc) > errors0, 10, 0.01)
+    assert rc.hlen("{%s:t:0}:pool" % prefix) == 0
+    assert {k: rc.hlen(k) for k in idx if k != victim} == held
+    rc.delete(victim)
+    rc.hset(victim, mapping=saved)
+    w = a.raw(timeout=30)
+    consume(w, ids)

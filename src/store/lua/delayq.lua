@@ -3,8 +3,9 @@
 -- One call runs a batch of requests against a set of shard groups; each
 -- request is one transition and all of them run in this one atomic script.
 --
--- KEYS: 7 per group: pool ready delay lease dead stats pready (one hash tag
--- each; the far tier's keys, below, are named from pool's).
+-- KEYS: 9 per group: pool ready delay lease dead stats pready fz fo (one
+-- hash tag each; the far tier's lists and index hashes, far.lua, are named
+-- from pool's).
 -- ARGV: now inst chan far G, G x (topic shard carry), R, then R requests:
 --       far: the far tier's bucket width and horizon in ms (0: none);
 --       op ngroups gidx... nargs args...
@@ -191,11 +192,10 @@ local FPOS = 2 ^ 21 -- entries a far bucket may hold: a far LIST cursor is
                     -- FARCUR + bucket * FPOS + position
 local FARCUR = 2 ^ 44 -- above any near cursor; itself: the near part's start
 
--- far buckets due for the carry -> pool and delay zset; then due delayed
--- jobs -> ready (their records are not touched); ended leases -> ready
--- (attempts <= retries) or dead; both in time order
+-- due delayed jobs -> ready (their records are not touched); ended leases
+-- -> ready (attempts <= retries) or dead; both in time order. (Far buckets
+-- are carried by OPS.carry only.)
 local function carry(g)
-  fcarry(g)
   local push, pj = {}, {} -- plain and push ids, in time order
   local e = call('ZRANGEBYSCORE', g.lease, '-inf', nows, 'WITHSCORES', 'LIMIT', 0, CHUNK)
   local m
@@ -350,7 +350,7 @@ local function run_add(g, q, qm, qt, qe)
     -- taken: in the pool, earlier in this run, or far. A far-bound add
     -- without REPLACE asks the far index by its HSETNX (fput, clash).
     if ex[i] or seen[id] or
-        (far and (not b or fl == 'r') and call('HEXISTS', (ikey(g, id)), id) == 1) then
+        (far and (not b or fl == 'r') and call('HEXISTS', ikey(g, id), id) == 1) then
       new = 0
       if fl == 'g' then code = TAKEN
       elseif fl ~= 'r' then code = EXISTS
@@ -597,12 +597,6 @@ local function finish(g)
   sync(g)
   for f, n in pairs(g.c) do
     if n ~= 0 then call('HINCRBY', g.stats, f, n) end
-  end
-  if g.fn then
-    if g.fn == 0 then g.fl, g.fs = 0, 0 end -- every index hash is empty
-    if g.fn ~= g.fn0 or g.fl ~= g.fl0 or g.fs ~= g.fs0 then
-      call('HSET', g.stats, 'fn', g.fn, 'fl', g.fl, 'fs', g.fs)
-    end
   end
   local nx = -2
   if g.exact or g.moved then
@@ -1020,12 +1014,16 @@ OPS.stats = function(gs, a, rt)
   rt[14] = oldest
 end
 
--- carry: bring the groups up to date -> code, jobs held per group (pool and
--- far)
+-- carry: bring the groups up to date, far buckets included -> code, jobs
+-- held per group (pool and far)
 OPS.carry = function(gs, a, rt)
   rt[1] = OK
   for i, g in ipairs(gs) do
-    open(g)
+    -- only this request carries far buckets (the timers' and the sweep's):
+    -- a slice of ~2 ms at a time, never inside a consumer's RESERVE
+    open(g, true)
+    fcarry(g)
+    bring(g)
     g.exact = true
     g.pw = true
     rt[i + 1] = call('HLEN', g.pool) + fstate(g)
@@ -1048,10 +1046,10 @@ local function main(keys, args)
   local groups = {}
   local p = 6
   for i = 1, G do
-    local b = (i - 1) * 7
+    local b = (i - 1) * 9
     local base = ssub(KEYS[b + 1], 1, -5) -- the tag and ':', before 'pool'
     groups[i] = {pool = KEYS[b + 1], ready = KEYS[b + 2], delay = KEYS[b + 3],
-      base = base, fz = base .. 'fz', fo = base .. 'fo',
+      base = base, fz = KEYS[b + 8], fo = KEYS[b + 9],
       lease = KEYS[b + 4], dead = KEYS[b + 5], stats = KEYS[b + 6], pready = KEYS[b + 7],
       topic = ARGV[p], shard = ARGV[p + 1], cf = ARGV[p + 2],
       qa = {}, qam = {}, qat = {}, qae = {},
