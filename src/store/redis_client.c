@@ -3,14 +3,21 @@
  *
  * Every command is a `struct rcall` that lives until Redis answered it or
  * its connection closed. At most MAX_INFLIGHT calls are in flight on a
- * connection; the others wait in its queue. That keeps Redis's own backlog
- * short, so one client's flood (say thousands of GETs of big bodies) cannot
- * make Redis spend seconds producing output before it sends any.
+ * connection, and of the calls that read whole records (RCLI_READS) as
+ * many as READ_BYTES of their replies hold, judged by the last ones: the
+ * window starts at READ_WIN0, grows by one per small reply and shrinks to
+ * fit a big one (TCP's slow start, in calls). The others wait in its
+ * queue, in order. That keeps Redis's own backlog short: Redis runs every
+ * call it has read before it writes their replies (then 64 KB of them per
+ * turn of its loop), so one client's flood (say thousands of GETs of
+ * 512 KB bodies: 8 MiB of records a call) would otherwise make it spend
+ * seconds producing output before it sends any.
  *
  * Deadlines: a call whose deadline passes completes as unavailable at once
  * (queued: dropped; in flight: abandoned, its reply ignored when it comes).
- * A connection whose oldest call has waited STUCK_US for a reply is closed
- * and reconnected: Redis (or the path to it) is stuck.
+ * A connection whose oldest call has waited STUCK_US without a byte from
+ * Redis is closed and reconnected: Redis (or the path to it) is stuck. One
+ * still streaming a big reply is not.
  *
  * Under a sentinel URL, where the data connections go is found and followed
  * by redis_sentinel.c; redis_client_int.h shares the structs.
@@ -43,6 +50,8 @@
 #define TICK_MS 50
 #define MAX_REDIRECTS 5
 #define MAX_INFLIGHT 64           /* calls in flight per connection */
+#define READ_BYTES (32u << 20)    /* RCLI_READS replies in flight */
+#define READ_WIN0 4               /* RCLI_READS calls in flight at first */
 #define STUCK_US 3000000          /* no reply for this long: reconnect */
 #define REFRESH_EVERY_US 10000000 /* slot map refresh without a MOVED */
 #define REFRESH_MIN_US 250000     /* at most 4 refreshes a second */
@@ -135,6 +144,7 @@ static void call_unlink(struct rcall *k) {
     k->prev = k->next = NULL;
     k->linked = false;
     n->inflight--;
+    if (k->kind == RCLI_READS) n->reads--;
 }
 
 /* Completes a call and frees it. sent: it was written to Redis (with no
@@ -371,6 +381,7 @@ void rc_conn_connect(struct rconn *n) {
     redisAsyncSetDisconnectCallback(ac, on_disconnect);
     n->ac = ac;
     n->state = C_CONNECTING;
+    n->rwin = READ_WIN0;
     n->connect_deadline = rcli_now_us() + CONNECT_TIMEOUT_US;
     int64_t dl = n->connect_deadline;
     if (n->sentinel) {
@@ -448,6 +459,34 @@ static struct rconn *route(struct rcli *c, int slot) {
 
 static void reply_cb(redisAsyncContext *ac, void *reply, void *pd);
 
+/* whether call k may go out on n now */
+static bool room(const struct rconn *n, const struct rcall *k) {
+    return n->inflight < MAX_INFLIGHT && (k->kind != RCLI_READS || n->reads < n->rwin);
+}
+
+/* the bytes of a reply's strings, three levels deep (the script's replies) */
+static size_t reply_bytes(const redisReply *r, int depth) {
+    size_t b = 16;
+    if (r->type == REDIS_REPLY_ARRAY) {
+        if (depth > 0)
+            for (size_t i = 0; i < r->elements; i++) b += reply_bytes(r->element[i], depth - 1);
+    } else if (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_ERROR ||
+               r->type == REDIS_REPLY_STATUS) {
+        b += r->len;
+    }
+    return b;
+}
+
+/* the read window after a RCLI_READS reply of `bytes` */
+static void read_window(struct rconn *n, size_t bytes) {
+    if (bytes <= READ_BYTES / MAX_INFLIGHT) {
+        if (n->rwin < MAX_INFLIGHT) n->rwin++;
+    } else {
+        size_t fit = READ_BYTES / bytes;
+        n->rwin = fit < 1 ? 1 : fit < n->rwin ? fit : n->rwin;
+    }
+}
+
 static void send_now(struct rcli *c, struct rconn *n, struct rcall *k);
 
 static void dispatch(struct rcli *c, struct rcall *k, struct rconn *to,
@@ -459,7 +498,7 @@ static void dispatch(struct rcli *c, struct rcall *k, struct rconn *to,
         return;
     }
     k->asking = asking;
-    if (n->inflight >= MAX_INFLIGHT || n->qhead) {
+    if (n->qhead || !room(n, k)) {
         queue_push(n, k);
         return;
     }
@@ -468,8 +507,7 @@ static void dispatch(struct rcli *c, struct rcall *k, struct rconn *to,
 
 /* Sends queued calls while there is room in flight. */
 static void queue_run(struct rconn *n) {
-    while (n->qhead && n->inflight < MAX_INFLIGHT && n->ac &&
-           n->state != C_DOWN) {
+    while (n->qhead && room(n, n->qhead) && n->ac && n->state != C_DOWN) {
         struct rcall *k = n->qhead;
         queue_unlink(k);
         send_now(n->cli, n, k);
@@ -541,6 +579,7 @@ static void send_now(struct rcli *c, struct rconn *n, struct rcall *k) {
     else n->head = k;
     n->tail = k;
     n->inflight++;
+    if (k->kind == RCLI_READS) n->reads++;
 }
 
 /* "MOVED 3999 127.0.0.1:6381" -> slot and address. */
@@ -567,11 +606,13 @@ static void reply_cb(redisAsyncContext *ac, void *reply, void *pd) {
     struct rcli *c = k->cli;
     redisReply *r = reply;
     call_unlink(k);
+    n->heard = rcli_now_us();
     if (!r) {
         conn_down(n, ac->errstr[0] ? ac->errstr : "closed");
         call_finish(k, NULL, "Redis connection lost", true);
         return;
     }
+    if (k->kind == RCLI_READS) read_window(n, reply_bytes(r, 3));
     queue_run(n);
     if (!k->cb) { /* abandoned at its deadline */
         call_finish(k, NULL, NULL, true);
@@ -579,7 +620,7 @@ static void reply_cb(redisAsyncContext *ac, void *reply, void *pd) {
     }
     if (r->type == REDIS_REPLY_ERROR && k->redirects < MAX_REDIRECTS &&
         !c->closing) {
-        if (k->kind == RCLI_SCRIPT && (strncmp(r->str, "NOSCRIPT", 8) == 0 ||
+        if (k->kind != RCLI_RAW && (strncmp(r->str, "NOSCRIPT", 8) == 0 ||
                                        strncmp(r->str, "ERR Function not found", 22) == 0)) {
             k->redirects++;
             k->eval = true;
@@ -709,6 +750,18 @@ static void refresh_map(struct rcli *c) {
 
 /* --- the tick: deadlines, connect timeouts, map refreshes ---------------- */
 
+/* The last time Redis sent n something: a reply, or bytes of one that the
+ * reader holds (a big reply streams in over many turns). */
+static int64_t heard(struct rconn *n, int64_t now) {
+    const redisReader *rd = n->ac ? n->ac->c.reader : NULL;
+    if (rd && (rd->len != n->rd_len || rd->pos != n->rd_pos)) {
+        n->rd_len = rd->len;
+        n->rd_pos = rd->pos;
+        n->heard = now;
+    }
+    return n->heard;
+}
+
 static void tick_cb(evutil_socket_t fd, short what, void *arg) {
     struct rcli *c = arg;
     int64_t now = rcli_now_us();
@@ -717,9 +770,13 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg) {
             rc_conn_kill(n, "connect timeout");
             continue;
         }
-        if (n->state != C_DOWN && n->head && now - n->head->sent > STUCK_US) {
-            rc_conn_kill(n, "no reply in time");
-            continue;
+        if (n->state != C_DOWN && n->head) {
+            int64_t last = heard(n, now);
+            if (last < n->head->sent) last = n->head->sent;
+            if (now - last > STUCK_US) {
+                rc_conn_kill(n, "no reply in time");
+                continue;
+            }
         }
         /* deadlines: queued calls are dropped, calls in flight abandoned */
         for (struct rcall *k = n->qhead, *next; k; k = next) {

@@ -62,6 +62,8 @@ struct rcli_config {
 enum rcli_kind {
     RCLI_RAW,    /* cmd holds the whole command */
     RCLI_SCRIPT, /* cmd holds the arguments after EVALSHA's sha */
+    RCLI_READS,  /* a script call whose reply carries whole records (GETs):
+                    as big as bodies get, so few of them go at once */
 };
 
 /* A warning that may repeat for as long as a state lasts (no slots, a

@@ -54,6 +54,10 @@ struct rconn {
     int64_t connect_deadline;
     struct rcall *head, *tail;   /* in flight, send order */
     size_t inflight;
+    size_t reads;       /* RCLI_READS calls in flight */
+    size_t rwin;        /* ... and how many may be */
+    int64_t heard;      /* when Redis last sent us something */
+    size_t rd_len, rd_pos; /* the reader's buffer at the last tick */
     struct rcall *qhead, *qtail; /* waiting for a slot */
     size_t queued;
     uint64_t calls; /* commands sent, for INFO */

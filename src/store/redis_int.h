@@ -173,6 +173,7 @@ struct builder {
     struct buf reqs;
     size_t nargs;
     uint64_t njobs;           /* jobs its reserves may take */
+    bool reads;               /* holds GETs: whole records come back */
     /* Units merge: consecutive single-shard RESERVEs of one shard become
      * one script request for all their jobs (a request costs the script
      * ~4 us of Lua whatever its COUNT), handed back in unit order; so do

@@ -366,7 +366,10 @@ static void builder_add(struct dq_store *s, struct builder *b, struct unit *u,
     /* a GET's record can be as big as a body gets: a few a call, so that a
      * client asking for many big ones gets its replies streamed, not in one
      * enormous call result (GETs merged or not) */
-    if (rq->op == OP_GET) b->njobs += MAX_CALL_JOBS / MAX_CALL_GETS;
+    if (rq->op == OP_GET) {
+        b->njobs += MAX_CALL_JOBS / MAX_CALL_GETS;
+        b->reads = true;
+    }
     m->want = rq->count;
     m->form = dels ? UM_DELS : adds ? UM_ADDS : gets ? UM_GETS : UM_PLAIN;
     if (mergeable && b->merge_open && b->merge_op == rq->op && b->merge_gi == gi[0]) {
@@ -478,6 +481,7 @@ static void builder_send(struct dq_store *s, struct builder *b, int64_t now) {
         if (b->units[i]->rq->deadline < deadline) deadline = b->units[i]->rq->deadline;
     s->calls++;
     int slot = b->slot;
+    enum rcli_kind kind = b->reads ? RCLI_READS : RCLI_SCRIPT;
     /* reset the builder; the call owns the arrays now */
     b->groups = NULL;
     b->ng = b->gcap = 0;
@@ -489,8 +493,9 @@ static void builder_send(struct dq_store *s, struct builder *b, int64_t now) {
     b->reqs.len = 0;
     b->nargs = 0;
     b->njobs = 0;
+    b->reads = false;
     b->stamp = ++s->bstamp;
-    rcli_send(s->cli, slot, RCLI_SCRIPT, argc, out.p, out.len, deadline,
+    rcli_send(s->cli, slot, kind, argc, out.p, out.len, deadline,
               rs_script_cb, sc);
 }
 

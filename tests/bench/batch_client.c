@@ -210,11 +210,16 @@ static int client(const struct opts *o, int i, int go, int ready_fd) {
     if (write(ready_fd, &c, 1) != 1) return 1;
     close(ready_fd);
     if (read(go, &c, 1) != 1) return 1; /* every client connected: start */
+    double t0 = now_s();
     add_phase(o);
+    double t1 = now_s();
     if (o->window)
         consume_window(o);
     else
         consume_batch(o);
+    if (i == 0 && getenv("BATCH_PHASES")) /* where one client's time goes */
+        fprintf(stderr, "client 0: add (and carry) %.1f us/job, reserve+ack %.1f us/job\n",
+                (t1 - t0) * 1e6 / o->n, (now_s() - t1) * 1e6 / o->n);
     redisFree(rc);
     return 0;
 }
