@@ -241,11 +241,14 @@ static void topic_maybe_free(struct pusher *p, struct ptopic *t) {
     dq_free(t);
 }
 
-/* Queues t for a reserve if it may have jobs and room for a batch: an
- * eighth of --push-concurrency (so a busy topic reserves several jobs per
- * call, not one per finished delivery), or any room when it holds none. */
-static void topic_kick(struct pusher *p, struct ptopic *t) {
-    uint32_t batch = p->cfg.concurrency / 8 ? p->cfg.concurrency / 8 : 1;
+/* Queues t for a reserve if it may have jobs and room. After a delivery
+ * ends (freed) the room must be a batch: an eighth of --push-concurrency,
+ * so a busy topic reserves several jobs per call, not one per finished
+ * delivery; or any room when it holds none. When jobs came (or may be
+ * left), any room will do: with deliveries that take long (a receiver that
+ * hangs) the jobs would otherwise wait for a batch of them to end. */
+static void topic_kick(struct pusher *p, struct ptopic *t, bool freed) {
+    uint32_t batch = freed && p->cfg.concurrency / 8 ? p->cfg.concurrency / 8 : 1;
     if (!t->dirty || t->queued || t->reserving || p->stopping ||
         (t->held && t->held + batch > p->cfg.concurrency))
         return;
@@ -260,7 +263,7 @@ static void on_push_ready(void *ud, struct dq_str topic, int64_t hint) {
     struct ptopic *t = topic_get(p, topic);
     t->dirty = true;
     if (t->reserving) t->again = true;
-    topic_kick(p, t);
+    topic_kick(p, t, false);
 }
 
 /* --- settling a delivery --------------------------------------------------- */
@@ -292,7 +295,7 @@ static void delivery_end(struct delivery *d) {
     t->held--;
     p->inflight--;
     delivery_free(d);
-    topic_kick(p, t);
+    topic_kick(p, t, true);
     topic_maybe_free(p, t);
 }
 
@@ -780,7 +783,7 @@ static void reserve_cb(void *pd, const struct dq_result *res) {
      * unless the core told of new jobs meanwhile */
     t->dirty = res->njobs >= want || t->again;
     t->again = false;
-    topic_kick(p, t);
+    topic_kick(p, t, false);
     topic_maybe_free(p, t);
 }
 
@@ -807,7 +810,7 @@ static void pump_cb(evutil_socket_t fd, short what, void *arg) {
 
 static void kick_all(void *ud, struct hnode *n) {
     struct ptopic *t = (struct ptopic *)n;
-    topic_kick(t->p, t);
+    topic_kick(t->p, t, false);
 }
 
 static void retry_cb(evutil_socket_t fd, short what, void *arg) {

@@ -430,6 +430,30 @@ def test_at_most_256_transfers_per_receiver_the_rest_wait_their_timeout(make_ser
     assert info(c)["push_inflight"] == "256"
 
 
+def test_jobs_added_while_deliveries_hang_fill_the_room_left(make_server, recv):
+    """--push-concurrency is what a topic may have in flight: with 120 deliveries hanging, 8
+    jobs added later go out at once, though the room left (8) is less than the batch a topic
+    waits for after a delivery ends (an eighth of 128). Before, they waited for 16
+    deliveries to end, up to --push-timeout; a pusher that reserved while ADDs still
+    arrived left the same few jobs behind."""
+    rc = recv()
+    rc.hang = threading.Event()
+    try:
+        s = make_server("--push-concurrency", 128, "--push-timeout", 60000)
+        c = s.raw()
+        for i in range(120):
+            c.send("ADD", "t", "j%d" % i, "x", "TTR", 60000, "URL", rc.url())
+        for i in range(120):
+            assert c.read() == b"j%d" % i
+        rc.wait(lambda rs: len(rs) >= 120)
+        for i in range(120, 128):
+            assert c.call("ADD", "t", "j%d" % i, "x", "TTR", 60000, "URL", rc.url()) == b"j%d" % i
+        rc.wait(lambda rs: len(rs) >= 128)
+        assert info(c)["push_inflight"] == "128"
+    finally:
+        rc.hang.set()
+
+
 def test_connections_are_reused(make_server, recv):
     rc = recv()
     s = make_server("--push-concurrency", 1)
