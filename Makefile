@@ -25,7 +25,7 @@ engine_SRC := src/engine/engine.c src/engine/engine_far.c
 store_SRC  := $(addprefix src/store/,store.c result.c \
                 embedded.c embedded_mem.c embedded_repair.c \
                 tier.c tier_check.c wal.c wal_codec.c wal_compact.c wal_replay.c wal_sync.c \
-                redis.c redis_client.c redis_plan.c redis_rec.c redis_reply.c redis_sched.c \
+                redis.c redis_client.c redis_ev.c redis_plan.c redis_rec.c redis_reply.c redis_sched.c \
                 redis_sentinel.c redis_url.c)
 core_SRC   := $(addprefix src/core/,core.c metrics.c push_note.c snapshot.c wait.c)
 push_SRC   := src/push/push.c

@@ -33,17 +33,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wstrict-prototypes"
-#pragma GCC diagnostic ignored "-Wmissing-prototypes"
-#include <hiredis/adapters/libevent.h>
-#pragma GCC diagnostic pop
-
 #include "lib/clock.h"
 #include "lib/log.h"
 #include "lib/xalloc.h"
 #include "store/redis_client.h"
 #include "store/redis_client_int.h"
+#include "store/redis_ev.h"
 
 #define CONNECT_TIMEOUT_US 1500000
 #define BACKOFF_MAX_MS 2000
@@ -372,7 +367,7 @@ void rc_conn_connect(struct rconn *n) {
         return;
     }
     ac->data = n;
-    if (redisLibeventAttach(ac, c->base) != REDIS_OK) {
+    if (redis_ev_attach(ac, c->base) != REDIS_OK) {
         redisAsyncFree(ac);
         conn_schedule(n);
         return;
