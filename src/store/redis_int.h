@@ -214,6 +214,7 @@ struct scall { /* a script call in flight */
     size_t ng;
     uint64_t msg_stamp;
     int slot;
+    int64_t now; /* the script's now (ARGV): reserves' deadlines count from it */
 };
 
 struct dq_store {

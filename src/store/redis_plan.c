@@ -476,6 +476,7 @@ static void builder_send(struct dq_store *s, struct builder *b, int64_t now) {
     sc->groups = b->groups;
     sc->ng = b->ng;
     sc->msg_stamp = s->msg_counter;
+    sc->now = now;
     sc->slot = b->slot;
     for (size_t i = 0; i < b->nu; i++)
         if (b->units[i]->rq->deadline < deadline) deadline = b->units[i]->rq->deadline;

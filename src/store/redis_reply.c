@@ -14,13 +14,13 @@
 static int64_t int_at(const redisReply *a, size_t i);
 static const redisReply *str_at(const redisReply *a, size_t i);
 static int job_from_rec(struct dq_job *j, const char *rec, size_t len);
-static void unit_result(struct unit *u, const redisReply *e);
+static void unit_result(struct unit *u, const redisReply *e, int64_t now);
 static void map_error(struct rreq *rq, const char *msg);
 static void map_noreply(struct rreq *rq, const char *err, bool sent);
 static void scall_free(struct scall *sc);
 static void wait_reply_cb(void *pd, redisReply *r, const char *err, bool sent);
 static void replicas_wait(struct scall *sc);
-static int get_found(struct rreq *rq, const char *rec, size_t len);
+static int get_found(struct rreq *rq, const char *rec, size_t len, int64_t lease);
 
 /* --- replies -------------------------------------------------------------- */
 
@@ -54,10 +54,18 @@ static int job_from_rec(struct dq_job *j, const char *rec, size_t len) {
     return 0;
 }
 
+/* j, read from the record of a job the script reserved (lua/delayq.lua,
+ * "leases": the record is as the reserve found it), as reserved: deadline
+ * the lease's end, attempts counting the lease. */
+static void job_leased(struct dq_job *j, int64_t deadline) {
+    if (j->state != DQ_RESERVED) j->attempts++; /* else an older build's */
+    j->state = DQ_RESERVED;
+    j->deadline = deadline;
+}
 
-
-/* One unit's result (the script's result for its request). */
-static void unit_result(struct unit *u, const redisReply *e) {
+/* One unit's result (the script's result for its request); now: the
+ * script's. */
+static void unit_result(struct unit *u, const redisReply *e, int64_t now) {
     struct rreq *rq = u->rq;
     struct dq_store *s = rq->s;
     if (e->type != REDIS_REPLY_ARRAY || e->elements < 1) {
@@ -98,6 +106,7 @@ static void unit_result(struct unit *u, const redisReply *e) {
             struct dq_job j;
             if (job_from_rec(&j, rec->str, rec->len) != 0)
                 continue; /* malformed: its lease brings it back */
+            job_leased(&j, now + j.ttr);
             j.topic = (struct dq_str){sh->t->name, sh->t->len};
             j.id = (struct dq_str){id->str, id->len};
             res_job(&rq->set, &rq->res, &j);
@@ -145,10 +154,16 @@ static void unit_result(struct unit *u, const redisReply *e) {
     case OP_TOPICS: case OP_CARRY:
         for (size_t i = 0; i < u->ng; i++) rq->hl[u->g0 + i] = int_at(e, i + 1);
         break;
-    case OP_GET: /* the record, or nothing: no such job (see UM_GETS) */
+    case OP_GET: /* the record, or {record, lease end}, or nothing: no
+                  * such job (see UM_GETS) */
         if (e->elements >= 2) {
-            const redisReply *rec = str_at(e, 1);
-            if (!rec || get_found(rq, rec->str, rec->len) != 0)
+            const redisReply *x = e->element[1], *rec = str_at(e, 1);
+            int64_t lease = -1;
+            if (x->type == REDIS_REPLY_ARRAY && x->elements == 2) {
+                rec = str_at(x, 0);
+                lease = int_at(x, 1);
+            }
+            if (!rec || get_found(rq, rec->str, rec->len, lease) != 0)
                 rs_req_fail(rq, DQ_UNAVAILABLE, "a malformed job record in Redis");
         }
         break;
@@ -299,7 +314,7 @@ void rs_script_cb(void *pd, redisReply *r, const char *err, bool sent) {
                 taken[m->req] += k;
                 redisReply sub = {.type = REDIS_REPLY_ARRAY, .elements = 1 + 3 * k,
                                   .element = tmp};
-                unit_result(u, &sub);
+                unit_result(u, &sub, sc->now);
             } else if (m->form == UM_ADDS) {
                 /* adds merged: code, then a byte per add: '0' + code * 2 + new */
                 const redisReply *b = v->elements == 2 ? v->element[1] : NULL;
@@ -309,7 +324,7 @@ void rs_script_cb(void *pd, redisReply *r, const char *err, bool sent) {
                     redisReply isnew = {.type = REDIS_REPLY_INTEGER, .integer = x & 1};
                     redisReply *e2[2] = {&code, &isnew};
                     redisReply sub = {.type = REDIS_REPLY_ARRAY, .elements = 2, .element = e2};
-                    unit_result(u, &sub);
+                    unit_result(u, &sub, sc->now);
                 } else {
                     rs_req_fail(rq, DQ_UNAVAILABLE, "unexpected reply from the Redis script");
                 }
@@ -328,22 +343,25 @@ void rs_script_cb(void *pd, redisReply *r, const char *err, bool sent) {
                     tmp[1] = NULL;
                 }
                 redisReply sub = {.type = REDIS_REPLY_ARRAY, .elements = 2, .element = tmp};
-                if (tmp[1]) unit_result(u, &sub);
+                if (tmp[1]) unit_result(u, &sub, sc->now);
                 else rs_req_fail(rq, DQ_UNAVAILABLE, "unexpected reply from the Redis script");
             } else if (m->form == UM_GETS) {
-                /* GETs merged: code, then a record or nil per GET */
+                /* GETs merged: code, then per GET a record, {record,
+                 * lease end} or nil */
                 redisReply *x = v->elements >= 2 + (size_t)m->sub
                                     ? v->element[1 + m->sub] : NULL;
+                bool found = x && (x->type == REDIS_REPLY_STRING ||
+                                   x->type == REDIS_REPLY_ARRAY);
                 tmp[0] = v->element[0];
                 tmp[1] = x;
-                size_t k = x && x->type == REDIS_REPLY_STRING ? 2 : 1;
-                redisReply sub = {.type = REDIS_REPLY_ARRAY, .elements = k, .element = tmp};
-                if (x && (x->type == REDIS_REPLY_STRING || x->type == REDIS_REPLY_NIL))
-                    unit_result(u, &sub);
+                redisReply sub = {.type = REDIS_REPLY_ARRAY, .elements = found ? 2 : 1,
+                                  .element = tmp};
+                if (x && (found || x->type == REDIS_REPLY_NIL))
+                    unit_result(u, &sub, sc->now);
                 else
                     rs_req_fail(rq, DQ_UNAVAILABLE, "unexpected reply from the Redis script");
             } else {
-                unit_result(u, v);
+                unit_result(u, v, sc->now);
             }
             rq->units_ok++;
         } else if (r && r->type == REDIS_REPLY_ERROR) {
@@ -420,11 +438,13 @@ static void replicas_wait(struct scall *sc) {
     rs_send_raw(s, sc->slot, 3, av, al, wait_reply_cb, sc);
 }
 
-/* GET's record (the script's get): the job as the next carry will make it,
- * which is the truth now. Returns 0, or -1 if the record is malformed. */
-static int get_found(struct rreq *rq, const char *rec, size_t len) {
+/* GET's record (the script's get; lease: the end of the job's lease, or -1
+ * if it is not reserved): the job as the next carry will make it, which is
+ * the truth now. Returns 0, or -1 if the record is malformed. */
+static int get_found(struct rreq *rq, const char *rec, size_t len, int64_t lease) {
     struct dq_job job;
     if (len < REC_HDR || job_from_rec(&job, rec, len) != 0) return -1;
+    if (lease >= 0) job_leased(&job, lease);
     job.topic = rq->topic;
     job.id = rq->ids[0];
     struct dq_job *j = &job;

@@ -164,6 +164,41 @@ def test_fleet_sweep_moves_jobs_no_instance_was_told_about(procs):
     assert now_ms() - due <= 1100
 
 
+def test_leases_an_older_build_recorded_keep_their_attempts(procs):
+    """A reserve leaves the job's record alone (lua/delayq.lua, "leases"); builds before
+    2026-11-25 rewrote it as reserved, attempts counting the lease. Jobs such a build reserved
+    keep their count across an upgrade: not counted twice in GET, NACK or at the lease's
+    end, and they are acknowledged as before."""
+    r = procs.redis()
+    url = url_of(r)
+    c = procs.delayqd(url).raw(timeout=10)
+    rc = r.client()
+    prefix = url.split("prefix=")[1]
+    pool, lease = "{%s:t:0}:pool" % prefix, "{%s:t:0}:lease" % prefix
+    for jid in ("n", "r", "e"):
+        c.call("ADD", "t", jid, "b-" + jid, "TTR", 60000, "RETRIES", 1)
+    got = c.call("RESERVE", "TIMEOUT", 0, "COUNT", 3, "FROM", "t")
+    assert [j[1] for j in got] == [b"n", b"r", b"e"]
+    for jid in ("n", "r", "e"):
+        rec = rc.hget(pool, jid)
+        assert struct.unpack_from("<BI", rec) == (1, 0)  # ready, 0: the reserve left it alone
+        dl = rc.zscore(lease, jid)
+        rc.hset(pool, jid, struct.pack("<BI", 2, 1) + rec[5:38] + struct.pack("<d", dl) + rec[46:])
+        d = pairs(c.call("GET", "t", jid))
+        assert (d["state"], d["attempts"], d["deadline"], d["body"]) == \
+            (b"reserved", 1, int(dl), b"b-" + jid.encode())
+    assert c.call("NACK", "t", "n", "DELAY", 0) == b"ready"  # attempts 1 <= retries 1
+    assert pairs(c.call("GET", "t", "n"))["attempts"] == 1
+    assert c.call("ACK", "t", "r") == 1 and c.call("GET", "t", "r") is None
+    # e's lease ends: back to ready with its one attempt (dead if it were counted twice)
+    assert c.call("TOUCH", "t", "e", "TTR", 50) > 0
+    assert wait_until(lambda: pairs(c.call("GET", "t", "e"))["state"] == b"ready", 5)
+    assert pairs(c.call("GET", "t", "e"))["attempts"] == 1
+    got = c.call("RESERVE", "TIMEOUT", 0, "COUNT", 3, "FROM", "t")
+    att = {j[1]: pairs(c.call("GET", "t", j[1]))["attempts"] for j in got}
+    assert att == {b"n": 2, b"e": 2}, att
+
+
 def _script_source():
     """The script as delayqd sends it with EVAL (redis_client.c: script_forms): delayq.lua
     and far.lua, joined as the build joins them (Makefile, LUA_SCRIPT)."""

@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from conftest import NIL_ARRAY, RespError, encode_command, pairs
+from conftest import NIL_ARRAY, RespError, encode_command, pairs, wait_until
 from redisprocs import procs, url_of  # noqa: F401 (procs: fixture)
 
 N = 20000
@@ -196,3 +196,36 @@ def test_pipelined_gets_see_exactly_the_requests_before_them(procs, shards):
     rc = r.client()
     far = sum(int(rc.hget("{%s:t:%d}:stats" % (prefix, k), "fn") or 0) for k in range(shards))
     assert far == sum(1 for _, st in model.values() if st == b"delayed") > 0
+
+
+@pytest.mark.parametrize("order", ["acks_first", "dels_first"])
+def test_merged_acks_of_reserved_jobs_and_dels_of_ready_ones(procs, order):
+    """A reserve leaves the record as it was (ready), so in a merged run of ACKs and DELs that
+    are not all of reserved jobs the script cannot tell a reserved job from a ready one by its
+    record: the ready ones must still leave the ready list, and only they."""
+    r = procs.redis()
+    s = procs.delayqd(url_of(r))
+    c = s.raw(timeout=10)
+    for jid in "abcdefg":
+        assert c.call("ADD", "t", jid, "x") == jid.encode()
+    assert [j[1] for j in c.call("RESERVE", "TIMEOUT", 0, "COUNT", 3, "FROM", "t")] == \
+        [b"a", b"b", b"c"]
+    acks = [("ACK", "t", "a"), ("ACK", "t", "b", "nope"), ("ACK", "t", "c")]
+    dels = [("DEL", "t", "d"), ("DEL", "t", "e", "e")]
+    cmds = acks + dels if order == "acks_first" else dels + acks
+    reps = _pipeline(c, cmds)
+    want = [1, 1, 1] + [1, 1] if order == "acks_first" else [1, 1] + [1, 1, 1]
+    assert reps == want, reps
+    assert c.call("LIST", "t", "ready") == [b"0", [b"f", b"g"]]
+    assert c.call("STATS", "t")[1:8:2] == [0, 2, 0, 0]
+    assert [j[1] for j in c.call("RESERVE", "TIMEOUT", 0, "COUNT", 10, "FROM", "t")] == \
+        [b"f", b"g"]
+    # and the reverse: a ready job's DEL among ACKs of reserved jobs that were delayed
+    # (their records still say delayed: the carry does not rewrite them)
+    assert c.call("ADD", "t", "h", "x", "DELAY", 1) == b"h"
+    assert wait_until(lambda: c.call("STATS", "t")[3] == 1, 5)
+    assert [j[1] for j in c.call("RESERVE", "TIMEOUT", 0, "COUNT", 1, "FROM", "t")] == [b"h"]
+    assert c.call("ADD", "t", "i", "x") == b"i"
+    assert _pipeline(c, [("ACK", "t", "f", "h"), ("DEL", "t", "i"), ("ACK", "t", "g")]) == \
+        [2, 1, 1]
+    assert c.call("STATS", "t")[1:8:2] == [0, 0, 0, 0]

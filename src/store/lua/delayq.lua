@@ -23,7 +23,10 @@
 --        endian: created ms << 22 | a sequence, made by the instance that
 --        added the job), then the body. A record whose state says delayed
 --        but whose due time has passed is ready: the carry moves its id to
---        the ready list without rewriting it.
+--        the ready list without rewriting it. Nor does a reserve rewrite
+--        it: a job whose id is in the lease zset is reserved, its deadline
+--        is its score there, and its attempts count that lease on top of
+--        the record's (see "leases" below).
 -- delay: zset, member = ord .. id, score = due time, so jobs due in the
 --        same millisecond come out in the order they were added.
 -- The far tier: see "far jobs" below.
@@ -183,6 +186,27 @@ local function insert(g, t, z)
   end
 end
 
+-- --- leases ------------------------------------------------------------------
+-- A reserve only adds the id to the lease zset: the record keeps the state
+-- it had (ready, or delayed and due) and the attempts before this lease, and
+-- the server reads the reserved job from it (redis_reply.c). Whatever ends
+-- the lease rewrites the record anyway (nack, release, an ended lease) or
+-- deletes it (ack). Records written reserved by an older build (state 2,
+-- attempts already counting the lease) are still understood.
+
+-- the attempts of a reserved job's record r, its lease counted
+local function latt(r)
+  local a = sunpack('<I', r, 2)
+  if sbyte(r, 1) ~= RESERVED then a = a + 1 end
+  return a
+end
+
+-- the job's lease end (a number), or nil if it is not reserved
+local function leased(g, id)
+  local s = call('ZSCORE', g.lease, id)
+  return s and tonumber(s) or nil
+end
+
 -- --- far jobs (far.lua) --------------------------------------------------------
 -- Jobs added due beyond the horizon are kept compact until shortly before
 -- they are due: far.lua, which the build appends to this file, says how and
@@ -227,16 +251,17 @@ local function carry(g)
       if r then
         nexp = nexp + 1
         hs[#hs + 1] = id
-        if sunpack('<I', r, 2) <= sunpack('<I', r, 10) then
+        local att = latt(r)
+        if att <= sunpack('<I', r, 10) then
           back[#back + 1] = id
           btime[#btime + 1] = t
           bpush[#back] = precord(r)
-          hs[#hs + 1] = reheader(r, READY, nil, t, 0)
+          hs[#hs + 1] = reheader(r, READY, att, t, 0)
         else
           ndead = ndead + 1
           dz[#dz + 1] = t
           dz[#dz + 1] = id
-          hs[#hs + 1] = reheader(r, DEAD, nil, nil, 0)
+          hs[#hs + 1] = reheader(r, DEAD, att, nil, 0)
         end
       end
     end
@@ -271,11 +296,11 @@ end
 -- removes a job's id from the structure that holds it
 local function unlink(g, id, r)
   local st = sbyte(r, 1)
-  if st == RESERVED then
-    cnt(g, 'xlease', call('ZREM', g.lease, id))
-  elseif st == DEAD then
+  if st == DEAD then
     cnt(g, 'xdead', call('ZREM', g.dead, id))
-  elseif st == READY or call('ZREM', g.delay, dmember(r, id)) == 0 then
+  elseif call('ZREM', g.lease, id) == 1 then
+    cnt(g, 'xlease', 1)
+  elseif st == READY or st == RESERVED or call('ZREM', g.delay, dmember(r, id)) == 0 then
     if precord(r) then
       cnt(g, 'xready', call('LREM', g.pready, 1, id))
       g.plen = nil
@@ -358,7 +383,7 @@ local function run_add(g, q, qm, qt, qe)
         write()
         local old = call('HGET', g.pool, id)
         if not old then fdel(g, id)
-        elseif sbyte(old, 1) == RESERVED then code = BUSY
+        elseif leased(g, id) then code = BUSY
         else unlink(g, id, old); call('HDEL', g.pool, id) end -- the new one may be far
       end
     end
@@ -395,42 +420,33 @@ local function run_add(g, q, qm, qt, qe)
   cnt(g, 'added', added)
 end
 
--- the records of ids popped from the ready list, reserved: their ids and
--- new records go to oid and orec; returns how many
+-- ids popped from the ready list, reserved (leases above): their ids and
+-- records, as stored, go to oid and orec; returns how many
 local function take(g, ids, oid, orec)
   local recs = hmget(g.pool, ids)
-  local hs, zs, nh, k = {}, {}, 0, 0
-  local pdl, sdl = {}, {} -- per ttr: packed and printed deadline
-  local pst = {} -- per attempts: the packed state and attempts + 1
+  local zs, nz, k = {}, 0, 0
+  local sdl = {} -- per ttr: the printed deadline
   for i = 1, #ids do
     local r = recs[i]
     if r then
       local id = ids[i]
-      local a1, a2, a3, a4, t1, t2, t3, t4 = sbyte(r, 2, 9)
-      local att = a1 + a2 * 256 + a3 * 65536 + a4 * 16777216
+      local t1, t2, t3, t4 = sbyte(r, 6, 9)
       local ttr = t1 + t2 * 256 + t3 * 65536 + t4 * 16777216
-      local p = pdl[ttr]
-      if not p then
-        p = spack('<d', now + ttr)
-        pdl[ttr] = p
-        sdl[ttr] = fmt('%d', now + ttr)
+      local dl = sdl[ttr]
+      if not dl then
+        dl = fmt('%d', now + ttr)
+        sdl[ttr] = dl
         insert(g, now + ttr, 'l')
       end
-      local h = pst[att]
-      if not h then h = spack('<BI', RESERVED, att + 1); pst[att] = h end
-      local nr = h .. ssub(r, 6, 38) .. p .. ssub(r, 47)
-      hs[nh + 1] = id
-      hs[nh + 2] = nr
-      zs[nh + 1] = sdl[ttr]
-      zs[nh + 2] = id
-      nh = nh + 2
+      zs[nz + 1] = dl
+      zs[nz + 2] = id
+      nz = nz + 2
       k = k + 1
       oid[k] = id
-      orec[k] = nr
+      orec[k] = r
     end
   end
   if k > 0 then
-    callv('HSET', g.pool, hs)
     callv('ZADD', g.lease, zs)
     cnt(g, 'reserved', k)
   end
@@ -509,25 +525,59 @@ local function run_del(g, q, qm, qf, qt, qe)
     cnt(g, 'deleted', n - acked)
     return
   end
-  -- those that were reserved left the lease zset above
-  local r = 0
+  -- Those that were reserved (removed of them) left the lease zset above,
+  -- and a reserve leaves the record's state as it was: a job recorded
+  -- ready, or delayed but not in the delay zset, is in the ready list or
+  -- was one of those. Only as many of them as were not are looked for there
+  -- (an LREM scans the list); leases taken by an older build say reserved.
+  local recs, amb, seen = {}, 0, {}
+  for i = 1, n do
+    local id = all[i]
+    local rec = not seen[id] and call('HGET', g.pool, id)
+    seen[id] = true
+    if rec then
+      local st = sbyte(rec, 1)
+      if st == RESERVED then
+        removed = removed - 1
+        rec = true
+      elseif st == DEAD then
+        unlink(g, id, rec)
+        rec = true
+      elseif st == DELAYED and call('ZREM', g.delay, dmember(rec, id)) == 1 then
+        cnt(g, 'xdelay', 1)
+        rec = true
+      else
+        amb = amb + 1
+      end
+    end
+    recs[i] = rec
+  end
+  local left = amb - removed -- ids of ready jobs among the ambiguous ones
+  local r, i = 0, 0
   for k = 1, #q do
-    local t, e, p = qt[k], qe[k], q[k]
+    local t, e = qt[k], qe[k]
     for x = 0, qm[k] - 1 do
       r = r + 1
       local c = 0
-      for y = p + 1, p + ns[r] do
-        local id = ARGV[y]
-        local rec = call('HGET', g.pool, id)
+      for _ = 1, ns[r] do
+        i = i + 1
+        local id, rec = all[i], recs[i]
         if rec then
-          if sbyte(rec, 1) ~= RESERVED then unlink(g, id, rec) end
+          if rec ~= true and left > 0 then
+            local cmd = precord(rec) and g.pready or g.ready
+            local x1 = call('LREM', cmd, 1, id)
+            if x1 > 0 then
+              left = left - 1
+              cnt(g, 'xready', 1)
+              if precord(rec) then g.plen = nil else g.rlen = nil end
+            end
+          end
           call('HDEL', g.pool, id)
           c = c + 1
         elseif fdel(g, id) then
           c = c + 1
         end
       end
-      p = p + 1 + ns[r]
       t[e + x] = t[e + x] + c
       cnt(g, qf[k], c)
     end
@@ -694,7 +744,9 @@ end
 
 -- gets: m, then m ids: m GETs on one group, merged by the caller (a lone
 -- GET is a run of one) -> code, then per GET the job's record, or false if
--- there is no such job (for a far job the record it will have in the pool).
+-- there is no such job (for a far job the record it will have in the pool),
+-- or for a reserved job {record, lease end} (the record as a reserve left
+-- it, see "leases").
 -- The pool is read by HMGETs of GCHUNK ids, the far index only for ids
 -- missing from it. The GETs change nothing, so the run reads where its
 -- first GET stands: after the requests before it (open completes the
@@ -708,9 +760,19 @@ OPS.gets = function(gs, a, rt)
   for i = 1, m, GCHUNK do
     local j = math.min(m, i + GCHUNK - 1)
     local recs = call('HMGET', g.pool, unpack(ARGV, a + i, a + j))
+    local dls
+    for x = 1, j - i + 1 do
+      local r = recs[x] -- could it be reserved?
+      if r and sbyte(r, 1) ~= DEAD and (sbyte(r, 1) ~= DELAYED or sunpack('<d', r, 23) <= now) then
+        dls = call('ZMSCORE', g.lease, unpack(ARGV, a + i, a + j))
+        break
+      end
+    end
     for x = i, j do
       local r = recs[x - i + 1]
       if not r and fstate(g) > 0 then r = fget(g, ARGV[a + x]) or false end
+      local dl = r and dls and dls[x - i + 1]
+      if dl then r = {r, tonumber(dl)} end
       rt[x + 1] = r
     end
   end
@@ -743,9 +805,10 @@ OPS.nack = function(gs, a, rt)
   open(g)
   local id = ARGV[a]
   local r = call('HGET', g.pool, id)
-  if not r or sbyte(r, 1) ~= RESERVED then rt[1] = NOTRESERVED; return end
-  local st, att, _, ret, bk, bb, bm, due = sunpack(HDR, r)
-  cnt(g, 'xlease', call('ZREM', g.lease, id))
+  if not r or call('ZREM', g.lease, id) == 0 then rt[1] = NOTRESERVED; return end
+  local _, _, _, ret, bk, bb, bm, due = sunpack(HDR, r)
+  local st, att = nil, latt(r)
+  cnt(g, 'xlease', 1)
   cnt(g, 'nacked', 1)
   local d = tonumber(ARGV[a + 1])
   if att <= ret and d ~= -2 then -- -2: dead at once (a push answered 410)
@@ -760,7 +823,7 @@ OPS.nack = function(gs, a, rt)
   else
     st = DEAD; call('ZADD', g.dead, nows, id); cnt(g, 'dead', 1)
   end
-  call('HSET', g.pool, id, reheader(r, st, nil, due, 0))
+  call('HSET', g.pool, id, reheader(r, st, att, due, 0))
   rt[1], rt[2] = OK, st
 end
 
@@ -769,15 +832,14 @@ OPS.touch = function(gs, a, rt)
   local g = gs[1]
   open(g)
   local id = ARGV[a]
-  local r = call('HGET', g.pool, id)
-  if not r or sbyte(r, 1) ~= RESERVED then rt[1] = NOTRESERVED; return end
+  local r = leased(g, id) and call('HGET', g.pool, id)
+  if not r then rt[1] = NOTRESERVED; return end
   local t = tonumber(ARGV[a + 1])
   if t <= 0 then t = sunpack('<I', r, 6) end
   local dl = now + t
   insert(g, dl, 'l')
   call('ZADD', g.lease, fmt('%d', dl), id)
   cnt(g, 'xlease', 1) -- it moved: as if removed (LIST's positions, see listpage)
-  call('HSET', g.pool, id, reheader(r, RESERVED, nil, nil, dl))
   rt[1], rt[2] = OK, dl
 end
 
@@ -788,10 +850,10 @@ OPS.release = function(gs, a, rt)
   local id = ARGV[a]
   rt[1], rt[2] = OK, 0
   local r = call('HGET', g.pool, id)
-  if not r or sbyte(r, 1) ~= RESERVED then return end
-  local att = sunpack('<I', r, 2)
+  if not r or call('ZREM', g.lease, id) == 0 then return end
+  local att = latt(r)
   if att > 0 then att = att - 1 end
-  cnt(g, 'xlease', call('ZREM', g.lease, id))
+  cnt(g, 'xlease', 1)
   call('HSET', g.pool, id, reheader(r, READY, att, nil, 0))
   ready1(g, 'LPUSH', id, r)
   cnt(g, 'reserved', -1)
