@@ -108,13 +108,15 @@ local function callv(cmd, key, list)
   return r -- the last reply (RPUSH: the list's length)
 end
 
--- HMGET of any number of fields: the values, in order (false if absent)
-local function hmget(key, ids)
+-- HMGET (or ZMSCORE: cmd) of any number of fields (members): the values,
+-- in order (false if absent)
+local function hmget(key, ids, cmd)
+  cmd = cmd or 'HMGET'
   local n = #ids
-  if n <= CHUNK then return call('HMGET', key, unpack(ids)) end
+  if n <= CHUNK then return call(cmd, key, unpack(ids)) end
   local out = {}
   for i = 1, n, CHUNK do
-    local part = call('HMGET', key, unpack(ids, i, math.min(n, i + CHUNK - 1)))
+    local part = call(cmd, key, unpack(ids, i, math.min(n, i + CHUNK - 1)))
     for j = 1, #part do out[i + j - 1] = part[j] end
   end
   return out
@@ -757,24 +759,25 @@ OPS.gets = function(gs, a, rt)
   open(g, true)
   local m = tonumber(ARGV[a])
   rt[1] = OK
+  local cand, at = {}, {} -- records that may be leased: ids, result index
   for i = 1, m, GCHUNK do
     local j = math.min(m, i + GCHUNK - 1)
     local recs = call('HMGET', g.pool, unpack(ARGV, a + i, a + j))
-    local dls
-    for x = 1, j - i + 1 do
-      local r = recs[x] -- could it be reserved?
-      if r and sbyte(r, 1) ~= DEAD and (sbyte(r, 1) ~= DELAYED or sunpack('<d', r, 23) <= now) then
-        dls = call('ZMSCORE', g.lease, unpack(ARGV, a + i, a + j))
-        break
-      end
-    end
     for x = i, j do
       local r = recs[x - i + 1]
       if not r and fstate(g) > 0 then r = fget(g, ARGV[a + x]) or false end
-      local dl = r and dls and dls[x - i + 1]
-      if dl then r = {r, tonumber(dl)} end
       rt[x + 1] = r
+      local st = r and sbyte(r, 1)
+      if st and st ~= DEAD and (st ~= DELAYED or sunpack('<d', r, 23) <= now) then
+        cand[#cand + 1] = ARGV[a + x]
+        at[#cand] = x + 1
+      end
     end
+  end
+  if #cand == 0 then return end
+  local dls = hmget(g.lease, cand, 'ZMSCORE')
+  for k = 1, #cand do
+    if dls[k] then rt[at[k]] = {rt[at[k]], tonumber(dls[k])} end
   end
 end
 
