@@ -154,11 +154,13 @@ local function nextdue(g)
   local t = -1
   local a = call('ZRANGE', g.delay, 0, 0, 'WITHSCORES')
   if a[2] then
+    g.sd = true -- not empty: it has its sentinel (insert)
     t = tonumber(a[2])
     if t == INF then t = -1 end
   end
   local b = call('ZRANGE', g.lease, 0, 0, 'WITHSCORES')
   if b[2] then
+    g.sl = true
     local x = tonumber(b[2])
     if x ~= INF and (t < 0 or x < t) then t = x end
   end
@@ -177,7 +179,9 @@ end
 
 -- before a job is queued in the delay (z 'd') or lease (z 'l') zset at
 -- time t: note the next due time the other instances may know of (the head
--- before it), and see that the zset has its sentinel
+-- before it), and see that the zset has its sentinel (a zset that is not
+-- empty has it: every insert comes through here, and nothing but UNLINK
+-- removes the sentinel)
 local function insert(g, t, z)
   if not g.h0 then g.h0 = nextdue(g) end
   if not g.mi or t < g.mi then g.mi = t end
@@ -293,6 +297,22 @@ local function bring(g)
     g.carried = true
     carry(g)
   end
+end
+
+-- pops up to need ids from the group's list ('ready' or 'pready'), carrying
+-- the jobs due by now when it holds fewer (they queue behind those there:
+-- every job in the list became ready before any still in the zsets) -> the
+-- ids, in order
+local function pop(g, list, need)
+  local ids = call('LPOP', g[list], need) or {}
+  if #ids < need and not g.carried then
+    bring(g)
+    local more = call('LPOP', g[list], need - #ids)
+    if more then
+      for i = 1, #more do ids[#ids + 1] = more[i] end
+    end
+  end
+  return ids
 end
 
 -- removes a job's id from the structure that holds it
@@ -471,10 +491,9 @@ end
 local function run_reserve(g, q, qt)
   local need = 0
   for i = 1, #q do need = need + q[i] end
-  if call('LLEN', g.ready) < need then bring(g) end
-  local ids = call('LPOP', g.ready, need)
+  local ids = pop(g, 'ready', need)
   g.rlen = nil
-  if not ids then return end
+  if #ids == 0 then return end
   cnt(g, 'xready', #ids)
   local oid, orec = {}, {}
   local k = take(g, ids, oid, orec)
@@ -731,10 +750,9 @@ local function reserve_from(gs, need, rt, list, lenf)
   for gi, g in ipairs(gs) do
     if need <= 0 then break end
     open(g, true)
-    if call('LLEN', g[list]) < need then bring(g) end
-    local ids = call('LPOP', g[list], need)
+    local ids = pop(g, list, need)
     g[lenf] = nil
-    if ids then
+    if #ids > 0 then
       cnt(g, 'xready', #ids)
       local oid, orec = {}, {}
       local k = take(g, ids, oid, orec)
