@@ -199,6 +199,24 @@ def test_leases_an_older_build_recorded_keep_their_attempts(procs):
     assert att == {b"n": 2, b"e": 2}, att
 
 
+def test_calls_larger_than_the_socket_buffer_leave_whole(procs):
+    """delayqd writes a loop turn's calls at its end (redis_ev.c), and what the socket does
+    not take waits for it to be writable. 48 pipelined ADDs of 512 KB (24 MiB in calls of up
+    to 1 MiB, far more than a loopback socket holds) must all land with their bodies intact.
+    (A write left waiting for no event would be picked up by the next call, at the latest the
+    sweep's, so this guards the bytes, not the promptness.)"""
+    r = procs.redis()
+    c = procs.delayqd(url_of(r)).raw(timeout=30)
+    bodies = [os.urandom(512 * 1024) for _ in range(4)]
+    n = 48
+    c.send_raw(b"".join(encode_command("ADD", "t", "j%d" % i, bodies[i % 4]) for i in range(n)))
+    assert [c.read(timeout=30) for _ in range(n)] == [b"j%d" % i for i in range(n)]
+    for i in (0, 17, n - 1):
+        assert pairs(c.call("GET", "t", "j%d" % i))["body"] == bodies[i % 4]
+    got = c.call("RESERVE", "TIMEOUT", 0, "COUNT", n, "FROM", "t")
+    assert [(j[1], j[2]) for j in got] == [(b"j%d" % i, bodies[i % 4]) for i in range(n)]
+
+
 def _script_source():
     """The script as delayqd sends it with EVAL (redis_client.c: script_forms): delayq.lua
     and far.lua, joined as the build joins them (Makefile, LUA_SCRIPT)."""
