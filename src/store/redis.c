@@ -103,14 +103,19 @@ struct rreq *rs_req_new(struct dq_store *s, enum op op, dq_store_cb *cb,
     return rq;
 }
 
+/* Frees p unless it is rq's own room. */
+static void own_free(struct rreq *rq, void *p) {
+    if (!rs_req_own(rq, p)) dq_free(p);
+}
+
 static void req_free(struct rreq *rq) {
-    dq_free(rq->mem);
-    dq_free(rq->topics);
-    dq_free(rq->ids);
-    dq_free(rq->gs);
-    dq_free(rq->gids);
-    dq_free(rq->gcnt);
-    dq_free(rq->units);
+    own_free(rq, rq->mem);
+    own_free(rq, rq->topics);
+    own_free(rq, rq->ids);
+    own_free(rq, rq->gs);
+    own_free(rq, rq->gids);
+    own_free(rq, rq->gcnt);
+    own_free(rq, rq->units);
     dq_free(rq->hl);
     res_free(&rq->set);
     dq_free(rq);
@@ -293,7 +298,7 @@ static char *req_copy(struct rreq *rq, const struct dq_str *in, struct dq_str *o
                       size_t n, size_t extra) {
     size_t total = extra;
     for (size_t i = 0; i < n; i++) total += in[i].len;
-    char *m = xmalloc(total ? total : 1);
+    char *m = total <= sizeof rq->in.mem ? rq->in.mem : xmalloc(total);
     size_t off = 0;
     for (size_t i = 0; i < n; i++) {
         if (in[i].len) memcpy(m + off, in[i].p, in[i].len);
@@ -498,14 +503,14 @@ static struct rreq *req_ids(struct dq_store *s, enum op op, struct dq_str topic,
                             const struct dq_str *ids, size_t nids,
                             dq_store_cb *cb, void *pd) {
     struct rreq *rq = rs_req_new(s, op, cb, pd);
-    struct dq_str *in = xmalloc((nids + 1) * sizeof *in);
-    rq->ids = xmalloc((nids + 1) * sizeof *rq->ids);
+    /* topic and ids copied together: [0] the topic, then the ids */
+    struct dq_str *in = nids + 1 <= 2 ? rq->in.strs : xmalloc((nids + 1) * sizeof *in);
     in[0] = topic;
     if (nids) memcpy(in + 1, ids, nids * sizeof *ids);
-    req_copy(rq, in, rq->ids, nids + 1, 0);
-    dq_free(in);
-    rq->topic = rq->ids[0];
-    memmove(rq->ids, rq->ids + 1, nids * sizeof *rq->ids);
+    req_copy(rq, in, in, nids + 1, 0);
+    rq->topic = in[0];
+    memmove(in, in + 1, nids * sizeof *in);
+    rq->ids = in;
     rq->nids = nids;
     return rq;
 }
@@ -531,7 +536,7 @@ static void redis_reserve(struct dq_store *s, const struct dq_str *topics,
                           size_t ntopics, uint32_t count, dq_store_cb *cb,
                           void *pd) {
     struct rreq *rq = rs_req_new(s, OP_RESERVE, cb, pd);
-    rq->topics = xmalloc((ntopics ? ntopics : 1) * sizeof *rq->topics);
+    rq->topics = ntopics <= 2 ? rq->in.strs : xmalloc(ntopics * sizeof *rq->topics);
     req_copy(rq, topics, rq->topics, ntopics, 0);
     rq->ntopics = ntopics;
     rq->count = count ? count : 1;
@@ -544,7 +549,7 @@ static void redis_reserve(struct dq_store *s, const struct dq_str *topics,
 static void redis_reserve_push(struct dq_store *s, struct dq_str topic,
                                uint32_t count, dq_store_cb *cb, void *pd) {
     struct rreq *rq = rs_req_new(s, OP_RESERVE_PUSH, cb, pd);
-    rq->topics = xmalloc(sizeof *rq->topics);
+    rq->topics = rq->in.strs;
     req_copy(rq, &topic, rq->topics, 1, 0);
     rq->ntopics = 1;
     rq->count = count ? count : 1;

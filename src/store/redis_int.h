@@ -116,6 +116,8 @@ struct unit {
     struct unit *next;
 };
 
+#define REQ_MEM 192 /* copies of a request's strings that fit in the request */
+
 struct rreq {
     struct dq_store *s;
     struct rreq *next;      /* waiting or done list */
@@ -161,7 +163,22 @@ struct rreq {
     struct res res;         /* their result; status, n, ... are above */
     int64_t *hl;            /* carry/topics: jobs per group */
     void (*internal)(struct rreq *rq); /* completion of internal requests */
+    /* room for what most requests need, so that they need no malloc: the
+     * arrays above point here when theirs fit (rs_req_own tells) */
+    struct {
+        char mem[REQ_MEM];
+        struct dq_str strs[2];
+        struct rshard *gs[1];
+        size_t gids[1], gcnt[1];
+        struct unit units[1];
+    } in;
 };
+
+/* Whether p is rq's own room (rq->in), which is not freed on its own. */
+static inline bool rs_req_own(const struct rreq *rq, const void *p) {
+    return (const char *)p >= (const char *)&rq->in &&
+           (const char *)p < (const char *)(&rq->in + 1);
+}
 
 struct builder {
     int slot;

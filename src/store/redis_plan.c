@@ -89,15 +89,21 @@ struct rshard *rs_id_shard(struct dq_store *s, struct rtopic *t,
 }
 
 static void plan_groups(struct rreq *rq, size_t n) {
-    rq->gs = xrealloc(rq->gs, (n ? n : 1) * sizeof *rq->gs);
+    if (rs_req_own(rq, rq->gs)) rq->gs = NULL;
+    rq->gs = n <= 1 && !rq->gs ? rq->in.gs : xrealloc(rq->gs, (n ? n : 1) * sizeof *rq->gs);
     rq->ngs = 0;
 }
 
 /* Splits the groups into units: consecutive groups that can share a call. */
 static void plan_units(struct rreq *rq) {
     struct dq_store *s = rq->s;
-    dq_free(rq->units);
-    rq->units = xcalloc(rq->ngs ? rq->ngs : 1, sizeof *rq->units);
+    if (!rs_req_own(rq, rq->units)) dq_free(rq->units);
+    if (rq->ngs <= 1) {
+        rq->units = rq->in.units;
+        memset(rq->units, 0, sizeof rq->in.units);
+    } else {
+        rq->units = xcalloc(rq->ngs, sizeof *rq->units);
+    }
     rq->nunits = 0;
     size_t cap = OPS[rq->op].sequential && !s->url.cluster ? 1024 : MAX_UNIT_GROUPS;
     for (size_t i = 0; i < rq->ngs;) {
@@ -149,6 +155,17 @@ int rs_plan(struct rreq *rq) {
         break;
     case OP_DEL: case OP_ACK: {
         t = rs_topic_get(s, rq->topic.p, rq->topic.len);
+        if (!rs_req_own(rq, rq->gids)) dq_free(rq->gids);
+        if (!rs_req_own(rq, rq->gcnt)) dq_free(rq->gcnt);
+        if (rq->nids == 1) { /* most ACKs: no sorting, no malloc */
+            plan_groups(rq, 1);
+            rq->gs[rq->ngs++] = rs_id_shard(s, t, rq->ids[0]);
+            rq->gids = rq->in.gids;
+            rq->gcnt = rq->in.gcnt;
+            rq->gids[0] = 0;
+            rq->gcnt[0] = 1;
+            break;
+        }
         /* (shard, index) pairs sorted: ids grouped by shard */
         size_t *pairs = xmalloc(2 * rq->nids * sizeof *pairs);
         for (size_t i = 0; i < rq->nids; i++) {
