@@ -21,7 +21,7 @@ LAYERS     := lib proto engine store core push front
 lib_SRC    := $(addprefix src/lib/,base64.c buf.c clock.c crc32c.c duration.c hist.c \
                 htab.c listen.c log.c slab.c url.c wheel.c xalloc.c) src/job.c
 proto_SRC  := src/proto/resp.c
-engine_SRC := src/engine/engine.c src/engine/engine_far.c
+engine_SRC := src/engine/engine.c src/engine/engine_far.c src/engine/engine_load.c
 store_SRC  := $(addprefix src/store/,store.c result.c \
                 embedded.c embedded_mem.c embedded_repair.c \
                 tier.c tier_check.c wal.c wal_codec.c wal_compact.c wal_replay.c wal_sync.c \

@@ -20,9 +20,10 @@
  * counters stay.
  *
  * Far jobs (stubs: an id and a ref) live in engine_far.c; this file only
- * adds them (engine_add_far), finds them where ADD, DEL and restores look
- * for an id, and frees them with their topic. engine_int.h shares the
- * structs and the helpers both files use.
+ * adds them (engine_add_far), finds them where ADD and DEL look for an id,
+ * and frees them with their topic. Recovery's hints and restores, and the
+ * snapshot's walk, are in engine_load.c. engine_int.h shares the structs
+ * and the helpers the files use.
  */
 #include <assert.h>
 #include <stddef.h>
@@ -38,14 +39,12 @@
 #define ATTEMPTS_MAX 0xffff
 #define RETRIES_MAX 0xffff
 #define TTR_MAX ((UINT32_C(1) << 30) - 1)
-#define BODY_MAX ((size_t)(1 << 30) - 1)
 #define TOPICS_SIZE 16 /* initial buckets of the topic table */
 #define IDLE_TOPICS_MAX 4096 /* emptied topics kept for their counters */
 #define JOBS_SIZE 4    /* initial buckets of a topic's id table */
 #define PREFETCH_MAX 64   /* keys one engine_prefetch call looks at */
 #define PREFETCH_DEPTH 2  /* chain nodes it loads after the bucket */
 #define PURGE_NOW 4096    /* a PURGE of more jobs frees them later */
-#define STUBS_AHEAD_MIN (64u << 20) /* far entries worth faulting in ahead */
 
 /* A push job (§9) ends with a tail after its body: url_len:u16 ct_len:u8,
  * then the URL and the content type. Jobs without a URL carry nothing. */
@@ -63,14 +62,6 @@ static struct job *job_of(struct wheel_node *n) {
     return (struct job *)((char *)n - offsetof(struct job, node));
 }
 
-static struct job *job_of_h(const struct hnode *n) {
-    return (struct job *)((char *)n - offsetof(struct job, hnode));
-}
-
-static struct topic *topic_of_h(const struct hnode *n) {
-    return (struct topic *)((char *)n - offsetof(struct topic, hnode));
-}
-
 static size_t id_len(const struct job *j) { return (size_t)j->id_len1 + 1; }
 
 /* Jobs of a topic, far ones included. */
@@ -86,7 +77,7 @@ static struct dq_str topic_name(const struct topic *t) {
     return (struct dq_str){t->name, t->name_len};
 }
 
-static int64_t clamp_time(int64_t t) {
+int64_t en_clamp_time(int64_t t) {
     if (t < 0) return 0;
     if (t > TIME_MAX) return TIME_MAX;
     return t;
@@ -96,7 +87,7 @@ static int64_t clamp_time(int64_t t) {
 static int64_t add_ms(int64_t now, int64_t d) {
     if (d < 0) d = 0;
     if (now > TIME_MAX - d) return TIME_MAX;
-    return clamp_time(now + d);
+    return en_clamp_time(now + d);
 }
 
 static void list_init(struct wheel_node *h) { h->next = h->prev = h; }
@@ -122,7 +113,7 @@ static void list_unlink(struct wheel_node *n) {
     n->next->prev = n->prev;
 }
 
-static void view(const struct job *j, struct dq_job *out) {
+void en_view(const struct job *j, struct dq_job *out) {
     out->topic = topic_name(j->topic);
     out->id = job_id(j);
     out->body = (struct dq_str){j->data + id_len(j), j->body_len};
@@ -149,11 +140,11 @@ static void view(const struct job *j, struct dq_job *out) {
 /* --- topics ----------------------------------------------------------------- */
 
 static uint64_t topic_rehash(const struct hnode *n) {
-    return topic_of_h(n)->hash;
+    return en_topic_of_h(n)->hash;
 }
 
 static uint64_t job_rehash(const struct hnode *n) {
-    const struct job *j = job_of_h(n);
+    const struct job *j = en_job_of_h(n);
     return htab_hash_bytes(j->data, id_len(j));
 }
 
@@ -165,7 +156,7 @@ struct topic *en_topic_lookup(const struct engine *e, struct dq_str name) {
     if (e->last && topic_is(e->last, name)) return e->last;
     uint64_t h = htab_hash_bytes(name.p, name.len);
     for (struct hnode *n = htab_bucket(&e->topics, h); n; n = n->next) {
-        struct topic *t = topic_of_h(n);
+        struct topic *t = en_topic_of_h(n);
         if (t->hash == h && topic_is(t, name)) return t;
     }
     return NULL;
@@ -230,6 +221,12 @@ static void topic_free_if_empty(struct engine *e, struct topic *t) {
     }
 }
 
+struct topic *en_topic_hint(struct engine *e, struct dq_str name) {
+    struct topic *t = en_topic_get(e, name);
+    if (!t && (t = en_topic_create(e, name))) topic_free_if_empty(e, t);
+    return t;
+}
+
 /* t gains a job: it is no longer idle. */
 void en_topic_use(struct engine *e, struct topic *t) {
     if (list_empty(&t->idle)) return;
@@ -253,7 +250,7 @@ static void notify_ready(struct engine *e, struct topic *t) {
 struct job *en_job_find(const struct topic *t, struct dq_str id,
                         uint64_t h) {
     for (struct hnode *n = htab_bucket(&t->jobs, h); n; n = n->next) {
-        struct job *j = job_of_h(n);
+        struct job *j = en_job_of_h(n);
         if (id_len(j) == id.len && memcmp(j->data, id.p, id.len) == 0)
             return j;
     }
@@ -338,8 +335,8 @@ struct job *en_job_alloc(struct engine *e, struct topic *t,
 void en_job_options(struct job *j, int64_t due, int64_t created,
                     uint32_t ttr, uint32_t retries, uint32_t attempts,
                     const struct dq_backoff *b) {
-    j->due = (uint64_t)clamp_time(due);
-    j->created = (uint64_t)clamp_time(created);
+    j->due = (uint64_t)en_clamp_time(due);
+    j->created = (uint64_t)en_clamp_time(created);
     j->ttr = ttr > TTR_MAX ? TTR_MAX : ttr;
     j->retries = retries > RETRIES_MAX ? RETRIES_MAX : retries;
     j->attempts = attempts > ATTEMPTS_MAX ? ATTEMPTS_MAX : attempts;
@@ -392,11 +389,11 @@ struct engine *engine_new(const struct engine_config *cfg, int64_t now) {
 }
 
 static void free_job_cb(void *ud, struct hnode *n) {
-    job_free(ud, job_of_h(n));
+    job_free(ud, en_job_of_h(n));
 }
 
 static void free_topic_cb(void *ud, struct hnode *n) {
-    struct topic *t = topic_of_h(n);
+    struct topic *t = en_topic_of_h(n);
     htab_foreach(&t->jobs, free_job_cb, ud);
     htab_destroy(&t->jobs);
     htab_foreach(&t->far, en_stub_free_cb, ud);
@@ -467,7 +464,7 @@ static int add(struct engine *e, int64_t now, const struct dq_add *a,
     htab_insert(&t->jobs, &j->hnode, h);
     int state = (int64_t)j->due <= now ? DQ_READY : DQ_DELAYED;
     en_place(e, j, state, (int64_t)j->due);
-    if (out) view(j, out);
+    if (out) en_view(j, out);
     if (state == DQ_READY) notify_ready(e, t);
     return state;
 }
@@ -539,7 +536,7 @@ int engine_get(const struct engine *e, struct dq_str topic, struct dq_str id,
     if (!t) return 0;
     const struct job *j = en_job_find(t, id, htab_hash_bytes(id.p, id.len));
     if (!j) return 0;
-    if (out) view(j, out);
+    if (out) en_view(j, out);
     return 1;
 }
 
@@ -559,7 +556,7 @@ static int reserve(struct engine *e, int64_t now, const struct dq_str *topics,
             en_place(e, j, DQ_RESERVED, add_ms(now, j->ttr));
             t->st.reserved++;
             e->st.reserved++;
-            view(j, &out[n++]);
+            en_view(j, &out[n++]);
         }
     }
     return (int)n;
@@ -643,7 +640,7 @@ int engine_release(struct engine *e, struct dq_str topic, struct dq_str id) {
 static void kick_one(struct engine *e, struct job *j, int64_t now) {
     unplace(e, j);
     j->attempts = 0;
-    j->due = (uint64_t)clamp_time(now);
+    j->due = (uint64_t)en_clamp_time(now);
     en_place(e, j, DQ_READY, 0);
 }
 
@@ -677,7 +674,7 @@ int64_t engine_kick(struct engine *e, int64_t now, struct dq_str topic,
 /* A job of a purged topic (PURGE, or the reaper's slices of a grave): out
  * of wherever it is placed, freed. */
 static void purge_cb(void *ud, struct hnode *n) {
-    struct job *j = job_of_h(n);
+    struct job *j = en_job_of_h(n);
     unplace(ud, j);
     job_free(ud, j);
 }
@@ -789,7 +786,7 @@ int64_t engine_purge(struct engine *e, struct dq_str topic) {
 
 static void list_cb(void *ud, const struct hnode *n) {
     struct list_ctx *c = ud;
-    const struct job *j = job_of_h(n);
+    const struct job *j = en_job_of_h(n);
     c->work++;
     if ((int)j->state == c->state) {
         c->fn(c->ud, job_id(j));
@@ -837,7 +834,7 @@ struct scan_ctx {
 static void scan_cb(void *ud, const struct hnode *n) {
     const struct scan_ctx *c = ud;
     struct dq_job v;
-    view(job_of_h(n), &v);
+    en_view(en_job_of_h(n), &v);
     c->fn(c->ud, &v);
 }
 
@@ -873,7 +870,7 @@ struct topics_ctx {
 
 static void topics_cb(void *ud, struct hnode *n) {
     const struct topics_ctx *c = ud;
-    const struct topic *t = topic_of_h(n);
+    const struct topic *t = en_topic_of_h(n);
     if (topic_count(t)) c->fn(c->ud, topic_name(t));
 }
 
@@ -884,50 +881,6 @@ void engine_topics(const struct engine *e,
 }
 
 uint64_t engine_count(const struct engine *e) { return e->count; }
-
-void engine_expect(struct engine *e, struct dq_str topic) {
-    struct topic *t = en_topic_get(e, topic);
-    if (!t) {
-        if (!(t = en_topic_create(e, topic))) return; /* only a hint */
-        topic_free_if_empty(e, t);
-    }
-    t->expect++;
-}
-
-static void expect_cb(void *ud, struct hnode *n) {
-    struct topic *t = topic_of_h(n);
-    if (t->expect) htab_reserve(&t->jobs, htab_count(&t->jobs) + t->expect);
-    /* far tables at two per bucket, as they grow while serving: their
-     * buckets are a fifth of a far job's memory */
-    if (t->expect_far)
-        htab_reserve(&t->far, (htab_count(&t->far) + t->expect_far + 1) / 2);
-    t->expect = t->expect_far = 0;
-}
-
-void engine_expect_far(struct engine *e, struct dq_str topic,
-                       struct dq_str id) {
-    struct topic *t = en_topic_get(e, topic);
-    if (!t) {
-        if (!(t = en_topic_create(e, topic))) return; /* only a hint */
-        topic_free_if_empty(e, t);
-    }
-    t->expect_far++;
-    e->expect_stubs += (offsetof(struct stub, id) + id.len + 7) & ~(size_t)7;
-}
-
-void engine_expect_done(struct engine *e) {
-    htab_foreach(&e->topics, expect_cb, NULL);
-    if (e->expect_stubs >= STUBS_AHEAD_MIN)
-        slab_reserve(&e->stubs, e->expect_stubs);
-    e->expect_stubs = 0;
-}
-
-int engine_expect_end(struct engine *e) {
-    int rc = engine_far_flush(e);
-    en_far_queue_free(&e->farq);
-    slab_reserve_end(&e->stubs);
-    return rc;
-}
 
 int64_t engine_next_expiry(const struct engine *e) {
     return wheel_next(&e->wheel);
@@ -979,7 +932,7 @@ bool engine_advance(struct engine *e, int64_t now, uint32_t budget) {
         }
         if (lease && e->hooks.on_expire) {
             struct dq_job v;
-            view(j, &v);
+            en_view(j, &v);
             e->hooks.on_expire(e->hooks.ud, &v, dead);
         }
     }
@@ -991,66 +944,4 @@ bool engine_advance(struct engine *e, int64_t now, uint32_t budget) {
         notify_ready(e, t);
     }
     return more;
-}
-
-int engine_restore(struct engine *e, int64_t now, const struct dq_job *src) {
-    assert(src->state >= DQ_DELAYED && src->state <= DQ_DEAD);
-    if (src->body.len > BODY_MAX) return ENGINE_ENOMEM;
-    struct topic *t = en_topic_get(e, src->topic);
-    uint64_t h = htab_hash_bytes(src->id.p, src->id.len);
-    if (t && (en_job_find(t, src->id, h) || en_stub_find(t, src->id, h)))
-        return ENGINE_EEXISTS;
-    bool created = false;
-    if (!t) {
-        if (!(t = en_topic_create(e, src->topic))) return ENGINE_ENOMEM;
-        created = true;
-    }
-    struct job *j =
-        en_job_alloc(e, t, src->id, src->body, src->url, src->content_type);
-    if (!j) {
-        if (created) en_topic_free(e, t);
-        return ENGINE_ENOMEM;
-    }
-    en_job_options(j, src->due, src->created, src->ttr, src->retries,
-                   src->attempts, &src->backoff);
-    en_topic_use(e, t);
-    htab_insert(&t->jobs, &j->hnode, h);
-    e->count++;
-    int64_t when = src->state == DQ_RESERVED ? clamp_time(src->deadline)
-                                             : (int64_t)j->due;
-    en_place(e, j, src->state, when);
-    return 0;
-}
-
-struct foreach_ctx {
-    void (*fn)(void *ud, const struct dq_job *j);
-    void *ud;
-};
-
-static void foreach_job_cb(void *ud, struct hnode *n) {
-    const struct foreach_ctx *c = ud;
-    struct dq_job v;
-    view(job_of_h(n), &v);
-    c->fn(c->ud, &v);
-}
-
-static void foreach_topic_cb(void *ud, struct hnode *n) {
-    htab_foreach(&topic_of_h(n)->jobs, foreach_job_cb, ud);
-}
-
-void engine_foreach(const struct engine *e,
-                    void (*fn)(void *ud, const struct dq_job *j), void *ud) {
-    struct foreach_ctx c = {fn, ud};
-    htab_foreach(&e->topics, foreach_topic_cb, &c);
-}
-
-void engine_set_counters(struct engine *e, const struct dq_stats *totals) {
-    e->st.added = totals->added;
-    e->st.reserved = totals->reserved;
-    e->st.acked = totals->acked;
-    e->st.nacked = totals->nacked;
-    e->st.expired = totals->expired;
-    e->st.dead = totals->dead;
-    e->st.deleted = totals->deleted;
-    e->st.kicked = totals->kicked;
 }

@@ -1,7 +1,7 @@
-/* engine_int.h -- what the engine's two files share (engine.c: topics,
- * jobs and the state machine of DESIGN §2; engine_far.c: the far jobs,
- * their queue at recovery, LIST's far phase and engine_scan_far). Private
- * to those two files. */
+/* engine_int.h -- what the engine's files share (engine.c: topics, jobs and
+ * the state machine of DESIGN §2; engine_far.c: the far jobs, their queue at
+ * recovery, LIST's far phase and engine_scan_far; engine_load.c: the hints,
+ * restores and walk of recovery and snapshots). Private to those files. */
 #ifndef DQ_ENGINE_INT_H
 #define DQ_ENGINE_INT_H
 
@@ -16,6 +16,9 @@
 
 struct topic;
 struct far_pend; /* engine_far.c */
+
+#define BODY_MAX ((size_t)(1 << 30) - 1)
+#define STUBS_AHEAD_MIN (64u << 20) /* far entries worth faulting in ahead */
 
 /* The id table link sits right before the id so that walking a chain
  * touches one cache line per job (the link, the length and the id). */
@@ -98,6 +101,14 @@ struct list_ctx {
     uint64_t work;  /* jobs and buckets looked at */
 };
 
+static inline struct job *en_job_of_h(const struct hnode *n) {
+    return (struct job *)((char *)n - offsetof(struct job, hnode));
+}
+
+static inline struct topic *en_topic_of_h(const struct hnode *n) {
+    return (struct topic *)((char *)n - offsetof(struct topic, hnode));
+}
+
 /* --- engine.c --------------------------------------------------------------- */
 
 /* The topic named name, or NULL. en_topic_get also makes it the one found
@@ -109,6 +120,13 @@ struct topic *en_topic_get(struct engine *e, struct dq_str name);
 struct topic *en_topic_create(struct engine *e, struct dq_str name);
 void en_topic_free(struct engine *e, struct topic *t);
 void en_topic_use(struct engine *e, struct topic *t);
+/* The topic named name for a recovery hint: made if need be, and then kept
+ * like an emptied one (it may get no job). NULL if memory ran out. */
+struct topic *en_topic_hint(struct engine *e, struct dq_str name);
+/* What callers see of j. */
+void en_view(const struct job *j, struct dq_job *out);
+/* t within the 48 bits of the job's time fields. */
+int64_t en_clamp_time(int64_t t);
 
 /* The job id of t (h the hash of id), or NULL. */
 struct job *en_job_find(const struct topic *t, struct dq_str id, uint64_t h);
