@@ -33,7 +33,7 @@ front_SRC  := $(addprefix src/front/,resp/commands.c resp/conn.c resp/listener.c
                 http/http_front.c http/routes.c http/http_json.c http/dash_routes.c \
                 http/prom.c dashboard/dashboard.c)
 SERVER_SRC := src/server/server.c src/server/config.c
-CLI_SRC    := $(addprefix src/cli/,delayq.c render.c work.c bench.c bench_conn.c bench_hist.c)
+CLI_SRC    := $(addprefix src/cli/,delayq.c render.c work.c bench.c bench_report.c bench_conn.c bench_hist.c)
 CLIENT_SRC := src/client/client.c src/client/worker.c
 
 # --- embedded files: sources in their own language, turned into C ---------

@@ -15,13 +15,14 @@
  * Error convention: functions return 0 / -1; the first failure (an error
  * reply, a lost connection) is kept in bench.errmsg, stops the phase, and
  * makes bench_main return 1.
+ *
+ * bench_report.c prints the results; bench_int.h shares the run's structs.
  */
 #include "cli/bench.h"
 
 #include <errno.h>
 #include <stdarg.h>
 #include <inttypes.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,128 +31,26 @@
 #include <unistd.h>
 
 #include <event2/event.h>
-#include <jansson.h>
 
 #include "cli/bench_conn.h"
 #include "cli/bench_hist.h"
+#include "cli/bench_int.h"
 #include "lib/clock.h"
 #include "lib/duration.h"
 #include "lib/xalloc.h"
 
-/* Request kinds. A request's ring tag is KIND(kind, n): n jobs it covers
- * (an ACK of several ids). */
-enum kind { K_SETUP, K_ADD, K_RESERVE, K_ACK, K_SET, K_PUT, K_BRESERVE, K_DELETE, K_N };
-#define KIND(k, n) ((int)(k) | (int)(n) << 4)
-#define KIND_OF(tag) ((tag) & 15)
-#define KIND_N(tag) ((tag) >> 4)
-
-static const char *const kind_name[K_N] = {
+const char *const bench_kind_name[K_N] = {
     "setup", "ADD", "RESERVE", "ACK", "SET", "put", "reserve", "delete",
 };
+
+static int run_produce(struct bench *b);
+static int run_consume(struct bench *b);
 
 #define LATENESS_TIMEOUT_MS 1000 /* RESERVE TIMEOUT of the lateness consumers */
 #define LATENESS_GRACE_MS 5000   /* wait after the last due time */
 #define BEANSTALK_TTR "30"
 
-struct bench;
-
-struct mode {
-    const char *name;
-    enum bconn_proto proto;
-    enum kind produce; /* the request that adds a job: K_ADD, K_SET or K_PUT */
-    int (*run)(struct bench *b);
-    const char *help;
-};
-
-static int run_produce(struct bench *b);
-static int run_consume(struct bench *b);
-static int run_lateness(struct bench *b);
-
-struct opts {
-    struct cli_target t;
-    int json, quiet;
-    const struct mode *mode;
-    long clients, pipeline, count;
-    long long size, jobs;
-    const char *topic;
-    double rate;
-    int64_t delay_ms;
-    int delay_set;
-    double time_limit; /* seconds a produce or consume phase may run; 0 = none */
-};
-
-struct client {
-    struct bench *b;
-    struct bconn *c;
-    int drained;  /* consume: a RESERVE found nothing */
-    long busy;    /* primary requests in flight (ADD, RESERVE, ...) */
-};
-
-struct phase {
-    const char *what;  /* "ADD", "RESERVE+ACK", ... */
-    long long target;  /* jobs */
-    long long issued;  /* produce: requests sent; consume: jobs received */
-    long long done;    /* jobs completed (replied / acked / delivered) */
-    uint64_t t0, t1;   /* monotonic ns */
-    struct bench_hist hist[K_N];
-};
-
-typedef void reply_fn(struct client *cl, int kind, int n, const struct bconn_reply *r);
-
-struct bench {
-    const struct opts *o;
-    struct event_base *base;
-    struct client *cl;
-    int ncl;
-    struct phase phases[2];
-    int nphases;
-    struct phase *ph;
-    reply_fn *on_reply;
-    long long inflight; /* every request in flight on every connection */
-    int failed;
-    char errmsg[700];
-
-    char tag[8]; /* run tag: prefix of every id, so runs never collide */
-    size_t taglen;
-    char *body;  /* body template, o->size bytes */
-
-    struct event *limit;  /* --time-limit of the current phase */
-    int limited;          /* a phase was cut short by it */
-    long long late_ok;    /* replies (not errors) that came after their phase ended */
-    long long ack_short;  /* ACKed jobs the server no longer had */
-
-    /* progress line */
-    struct event *progress;
-    uint64_t prog_t;
-    long long prog_done;
-    int prog_shown;
-
-    /* lateness */
-    struct event *tick;           /* the producer's 1 ms timer */
-    int64_t t0_ms, last_due_ms;   /* due times of the first and last job */
-    long long foreign, early;     /* jobs not of this run; delivered before due */
-    long long dups;               /* jobs of this run delivered a second time */
-    unsigned char *seen;          /* bitmap: job i was delivered */
-    struct bench_samples late;    /* lateness of each delivered job, us: from
-                                     its due time to its arrival at the
-                                     consumer's socket (the kernel's stamp) */
-    struct bench_samples late_seen; /* ... to when this process handled it */
-    int short_slice;              /* ask_short_slice succeeded */
-    uint64_t tick_last;           /* when the tick last fired */
-    uint64_t tick_lag_max;        /* the longest it fired late: our own stalls */
-    long long tick_lag_over1;     /* firings more than 1 ms late */
-};
-
 /* ---- small helpers -------------------------------------------------------- */
-
-static double secs(const struct phase *ph) {
-    return ph->t1 > ph->t0 ? (double)(ph->t1 - ph->t0) / 1e9 : 0.0;
-}
-
-static double per_sec(const struct phase *ph) {
-    double s = secs(ph);
-    return s > 0 ? (double)ph->done / s : 0.0;
-}
 
 /* Writes the run tag followed by i in base 36; returns the length. */
 static size_t make_id(const struct bench *b, long long i, char *out) {
@@ -201,7 +100,7 @@ static void on_reply(struct bconn *c, int tag, const struct bconn_reply *r,
         return;
     if (r->type == BR_ERROR) {
         fail(b, "%s:%d replied to %s: %.*s", b->o->t.host, b->o->t.port,
-             kind_name[kind], (int)r->text_len, r->text);
+             bench_kind_name[kind], (int)r->text_len, r->text);
         return;
     }
     if (kind == K_SETUP)
@@ -310,7 +209,7 @@ static int run_phase(struct bench *b, struct phase *ph, const char *what, long l
         event_add(b->progress, &tv);
     }
     b->late_ok = 0;
-    if (b->o->time_limit > 0 && b->o->mode->run != run_lateness) {
+    if (b->o->time_limit > 0 && b->o->mode->run != bench_run_lateness) {
         double t = b->o->time_limit;
         struct timeval tv = {(time_t)t, (suseconds_t)((t - (double)(time_t)t) * 1e6)};
         b->limit = evtimer_new(b->base, on_limit, b);
@@ -636,7 +535,7 @@ static void lateness_start(struct bench *b) {
 static int run_produce(struct bench *b) {
     if (open_clients(b, (int)b->o->clients) < 0)
         return -1;
-    return run_phase(b, &b->phases[0], kind_name[b->o->mode->produce], b->o->jobs,
+    return run_phase(b, &b->phases[0], bench_kind_name[b->o->mode->produce], b->o->jobs,
                      produce_reply, produce_start);
 }
 
@@ -677,7 +576,7 @@ static void ask_short_slice(struct bench *b) {
     b->short_slice = syscall(SYS_sched_setattr, 0, &a, 0) == 0;
 }
 
-static int run_lateness(struct bench *b) {
+int bench_run_lateness(struct bench *b) {
     ask_short_slice(b);
     if (open_clients(b, (int)b->o->clients + 1) < 0)
         return -1;
@@ -697,7 +596,7 @@ static const struct mode modes[] = {
     {"reserve", BCONN_RESP, K_ADD, run_consume,
      "preload --jobs with ADD, then RESERVE TIMEOUT 0 COUNT k + ACK;\n"
      "                           pairs per second"},
-    {"lateness", BCONN_RESP, K_ADD, run_lateness,
+    {"lateness", BCONN_RESP, K_ADD, bench_run_lateness,
      "ADD ... AT due, due times --rate per second, added --delay ahead;\n"
      "                           consumers block in RESERVE; lateness = delivery - due"},
     {"set", BCONN_RESP, K_SET, run_produce, "Redis SET key body (against redis-server)"},
@@ -707,165 +606,6 @@ static const struct mode modes[] = {
      "beanstalkd put preload, then reserve-with-timeout 0 + delete"},
 };
 #define NMODES (sizeof modes / sizeof modes[0])
-
-/* ---- results ----------------------------------------------------------------------- */
-
-static double ms(uint64_t ns) {
-    return round((double)ns / 1000.0) / 1000.0;
-}
-
-static const double pcts[] = {50, 90, 99, 99.9};
-static const char *const pct_names[] = {"p50", "p90", "p99", "p99.9"};
-
-static void print_latency(const struct phase *ph) {
-    for (int k = 1; k < K_N; k++) {
-        const struct bench_hist *h = &ph->hist[k];
-        if (h->count == 0)
-            continue;
-        printf("  latency ms  %-8s", kind_name[k]);
-        for (size_t i = 0; i < sizeof pcts / sizeof pcts[0]; i++)
-            printf("  %s %.3f", pct_names[i], ms(bench_hist_pct(h, pcts[i])));
-        printf("  max %.3f  (%" PRIu64 " requests)\n", ms(h->max), h->count);
-    }
-}
-
-/* "  label  p50 x  p90 x ... max x  min x", in ms. */
-static void print_samples(const char *label, struct bench_samples *s) {
-    printf("  %s", label);
-    for (size_t i = 0; i < sizeof pcts / sizeof pcts[0]; i++)
-        printf("  %s %.3f", pct_names[i], (double)bench_samples_pct(s, pcts[i]) / 1000.0);
-    printf("  max %.3f  min %.3f\n", (double)bench_samples_pct(s, 100) / 1000.0,
-           (double)bench_samples_pct(s, 0) / 1000.0);
-}
-
-/* The same as a JSON object, null when there are no samples. */
-static json_t *samples_json(struct bench_samples *s) {
-    if (s->n == 0)
-        return json_null();
-    json_t *l = json_object();
-    for (size_t i = 0; i < sizeof pcts / sizeof pcts[0]; i++)
-        json_object_set_new(l, pct_names[i],
-                            json_real((double)bench_samples_pct(s, pcts[i]) / 1000.0));
-    json_object_set_new(l, "max", json_real((double)bench_samples_pct(s, 100) / 1000.0));
-    json_object_set_new(l, "min", json_real((double)bench_samples_pct(s, 0) / 1000.0));
-    return l;
-}
-
-static void print_text(struct bench *b) {
-    const struct opts *o = b->o;
-    printf("delayq bench %s: %s:%d, %ld client%s, pipeline %ld, %lld-byte bodies\n",
-           o->mode->name, o->t.host, o->t.port, o->clients, o->clients == 1 ? "" : "s",
-           o->pipeline, o->size);
-    if (o->mode->run == run_lateness) {
-        struct phase *ph = &b->phases[0];
-        long long missing = ph->target - ph->done;
-        printf("  delivered   %lld of %lld (%lld missing, %lld early, %lld twice), %.0f due/s, "
-               "added %" PRId64 " ms ahead, %ld consumer%s, COUNT %ld\n",
-               ph->done, ph->target, missing < 0 ? 0 : missing, b->early, b->dups, o->rate,
-               o->delay_ms, o->clients, o->clients == 1 ? "" : "s", o->count);
-        if (b->late.n) {
-            print_samples("lateness ms", &b->late);
-            printf("  late > 1 ms %zu, > 5 ms %zu  (due -> arrival at the consumer's socket)\n",
-                   bench_samples_above(&b->late, 1000), bench_samples_above(&b->late, 5000));
-            print_samples("as handled ", &b->late_seen);
-            printf("  late > 1 ms %zu, > 5 ms %zu  (due -> handled by this process, which adds its "
-                   "own stalls)\n", bench_samples_above(&b->late_seen, 1000),
-                   bench_samples_above(&b->late_seen, 5000));
-        }
-        printf("  client      timer lag max %.3f ms, %lld ticks > 1 ms late (this process's own "
-               "stalls); short scheduler slice %s\n", ms(b->tick_lag_max), b->tick_lag_over1,
-               b->short_slice ? "granted" : "not available");
-        if (b->foreign)
-            printf("  other jobs  %lld (not from this run; acked, not counted)\n", b->foreign);
-        print_latency(ph);
-    } else {
-        for (int i = 0; i < b->nphases; i++) {
-            struct phase *ph = &b->phases[i];
-            printf("  %-16s %lld in %.3f s = %.0f/s\n", ph->what, ph->done, secs(ph),
-                   per_sec(ph));
-            print_latency(ph);
-        }
-    }
-    if (b->limited)
-        printf("  note: cut short by --time-limit %.3g s\n", o->time_limit);
-    if (b->ack_short)
-        printf("  note: %lld ACKs found no job (lease expired?)\n", b->ack_short);
-}
-
-static json_t *latency_json(const struct phase *ph) {
-    json_t *lat = json_object();
-    for (int k = 1; k < K_N; k++) {
-        const struct bench_hist *h = &ph->hist[k];
-        if (h->count == 0)
-            continue;
-        json_t *o = json_object();
-        json_object_set_new(o, "count", json_integer((json_int_t)h->count));
-        for (size_t i = 0; i < sizeof pcts / sizeof pcts[0]; i++)
-            json_object_set_new(o, pct_names[i], json_real(ms(bench_hist_pct(h, pcts[i]))));
-        json_object_set_new(o, "max", json_real(ms(h->max)));
-        json_object_set_new(o, "mean", json_real(ms((uint64_t)bench_hist_mean(h))));
-        json_object_set_new(lat, kind_name[k], o);
-    }
-    return lat;
-}
-
-static json_t *phase_json(const struct phase *ph) {
-    return json_pack("{s:s, s:I, s:f, s:I, s:o}", "what", ph->what, "ops",
-                     (json_int_t)ph->done, "seconds", round(secs(ph) * 1000) / 1000,
-                     "ops_per_sec", (json_int_t)llround(per_sec(ph)), "latency_ms",
-                     latency_json(ph));
-}
-
-static void print_json(struct bench *b) {
-    const struct opts *o = b->o;
-    json_t *j = json_object();
-    char server[300];
-    snprintf(server, sizeof server, "%s:%d", o->t.host, o->t.port);
-    json_object_set_new(j, "mode", json_string(o->mode->name));
-    json_object_set_new(j, "server", json_string(server));
-    json_object_set_new(j, "clients", json_integer(o->clients));
-    json_object_set_new(j, "pipeline", json_integer(o->pipeline));
-    json_object_set_new(j, "size", json_integer(o->size));
-    json_object_set_new(j, "jobs", json_integer(o->jobs));
-    struct phase *last = &b->phases[b->nphases ? b->nphases - 1 : 0];
-    json_object_set_new(j, "ops", json_integer(last->done));
-    json_object_set_new(j, "seconds", json_real(round(secs(last) * 1000) / 1000));
-    json_object_set_new(j, "ops_per_sec", json_integer(llround(per_sec(last))));
-    json_object_set_new(j, "latency_ms", latency_json(last));
-    if (b->nphases > 1)
-        json_object_set_new(j, "preload", phase_json(&b->phases[0]));
-    if (o->mode->run == run_lateness) {
-        json_object_set_new(j, "lateness_ms", samples_json(&b->late));
-        json_object_set_new(j, "lateness_handled_ms", samples_json(&b->late_seen));
-        long long missing = last->target - last->done;
-        json_object_set_new(j, "delivered", json_integer(last->done));
-        json_object_set_new(j, "missing", json_integer(missing < 0 ? 0 : missing));
-        json_object_set_new(j, "early", json_integer(b->early));
-        json_object_set_new(j, "duplicates", json_integer(b->dups));
-        json_object_set_new(j, "over_1ms",
-                            json_integer((json_int_t)bench_samples_above(&b->late, 1000)));
-        json_object_set_new(j, "over_5ms",
-                            json_integer((json_int_t)bench_samples_above(&b->late, 5000)));
-        json_object_set_new(j, "foreign", json_integer(b->foreign));
-        json_object_set_new(j, "client_lag_max_ms", json_real(ms(b->tick_lag_max)));
-        json_object_set_new(j, "client_lag_over_1ms", json_integer(b->tick_lag_over1));
-        json_object_set_new(j, "client_short_slice", json_boolean(b->short_slice));
-        json_object_set_new(j, "rate", json_real(o->rate));
-        json_object_set_new(j, "delay_ms", json_integer(o->delay_ms));
-        json_object_set_new(j, "count", json_integer(o->count));
-    }
-    json_object_set_new(j, "time_limited", json_boolean(b->limited));
-    if (b->ack_short)
-        json_object_set_new(j, "ack_not_found", json_integer(b->ack_short));
-    if (b->failed)
-        json_object_set_new(j, "error", json_string(b->errmsg));
-    char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10));
-    if (s) {
-        puts(s);
-        free(s);
-    }
-    json_decref(j);
-}
 
 /* ---- options ------------------------------------------------------------------------ */
 
@@ -1032,7 +772,7 @@ static int parse_opts(struct opts *o, int argc, char **argv) {
 
 /* Fills in the defaults that depend on the mode. */
 static void finish_opts(struct opts *o) {
-    int late = o->mode->run == run_lateness;
+    int late = o->mode->run == bench_run_lateness;
     if (!o->count)
         o->count = late ? 16 : 1;
     if (!o->delay_set)
@@ -1097,12 +837,12 @@ int bench_main(const struct cli_target *t, int json, int argc, char **argv) {
         fprintf(stderr, "delayq bench: %s\n", b->errmsg);
     if (b->nphases > 0 && (rc == 0 || b->ph->done > 0)) {
         if (o.json)
-            print_json(b);
+            bench_print_json(b);
         else
-            print_text(b);
+            bench_print_text(b);
     }
     int status = b->failed ? 1 : 0;
-    if (o.mode->run == run_lateness && b->phases[0].done < b->phases[0].target)
+    if (o.mode->run == bench_run_lateness && b->phases[0].done < b->phases[0].target)
         status = 1;
     if (o.mode->run == run_consume)
         if (b->nphases == 2 && b->phases[1].done < b->phases[1].target && !b->failed &&
