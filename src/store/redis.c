@@ -504,13 +504,13 @@ static struct rreq *req_ids(struct dq_store *s, enum op op, struct dq_str topic,
                             dq_store_cb *cb, void *pd) {
     struct rreq *rq = rs_req_new(s, op, cb, pd);
     /* topic and ids copied together: [0] the topic, then the ids */
-    struct dq_str *in = nids + 1 <= 2 ? rq->in.strs : xmalloc((nids + 1) * sizeof *in);
-    in[0] = topic;
-    if (nids) memcpy(in + 1, ids, nids * sizeof *ids);
-    req_copy(rq, in, in, nids + 1, 0);
-    rq->topic = in[0];
-    memmove(in, in + 1, nids * sizeof *in);
-    rq->ids = in;
+    struct dq_str *v = nids + 1 <= 2 ? rq->in.strs : xmalloc((nids + 1) * sizeof *v);
+    v[0] = topic;
+    if (nids) memcpy(v + 1, ids, nids * sizeof *ids);
+    req_copy(rq, v, v, nids + 1, 0);
+    rq->topic = v[0];
+    memmove(v, v + 1, nids * sizeof *v);
+    rq->ids = v;
     rq->nids = nids;
     return rq;
 }

@@ -27,11 +27,16 @@ static void write_cb(evutil_socket_t fd, short what, void *arg) {
     redisAsyncHandleWrite(e->ac);
 }
 
-static void wait_writable(struct redis_ev *e) {
-    if (e->writing) return;
-    e->writing = true;
-    event_add(e->wev, NULL);
+/* Adds ev (want) or deletes it, unless it already is: *on says whether it is
+ * added. */
+static void watch(struct event *ev, bool *on, bool want) {
+    if (*on == want) return;
+    *on = want;
+    if (want) event_add(ev, NULL);
+    else event_del(ev);
 }
+
+static void wait_writable(struct redis_ev *e) { watch(e->wev, &e->writing, true); }
 
 static void flush_cb(evutil_socket_t fd, short what, void *arg) {
     struct redis_ev *e = arg;
@@ -48,16 +53,12 @@ static void flush_cb(evutil_socket_t fd, short what, void *arg) {
 
 static void add_read(void *pd) {
     struct redis_ev *e = pd;
-    if (e->reading) return;
-    e->reading = true;
-    event_add(e->rev, NULL);
+    watch(e->rev, &e->reading, true);
 }
 
 static void del_read(void *pd) {
     struct redis_ev *e = pd;
-    if (!e->reading) return;
-    e->reading = false;
-    event_del(e->rev);
+    watch(e->rev, &e->reading, false);
 }
 
 static void add_write(void *pd) {
@@ -73,9 +74,7 @@ static void add_write(void *pd) {
 
 static void del_write(void *pd) {
     struct redis_ev *e = pd;
-    if (!e->writing) return;
-    e->writing = false;
-    event_del(e->wev);
+    watch(e->wev, &e->writing, false);
 }
 
 static void cleanup(void *pd) {

@@ -157,25 +157,20 @@ int rs_plan(struct rreq *rq) {
         t = rs_topic_get(s, rq->topic.p, rq->topic.len);
         if (!rs_req_own(rq, rq->gids)) dq_free(rq->gids);
         if (!rs_req_own(rq, rq->gcnt)) dq_free(rq->gcnt);
-        if (rq->nids == 1) { /* most ACKs: no sorting, no malloc */
-            plan_groups(rq, 1);
-            rq->gs[rq->ngs++] = rs_id_shard(s, t, rq->ids[0]);
-            rq->gids = rq->in.gids;
-            rq->gcnt = rq->in.gcnt;
-            rq->gids[0] = 0;
-            rq->gcnt[0] = 1;
-            break;
-        }
-        /* (shard, index) pairs sorted: ids grouped by shard */
-        size_t *pairs = xmalloc(2 * rq->nids * sizeof *pairs);
+        /* (shard, index) pairs sorted: ids grouped by shard; a lone id (most
+         * ACKs) needs no memory but the request's own */
+        bool one = rq->nids <= 1;
+        size_t pair1[2];
+        size_t *pairs = one ? pair1 : xmalloc(2 * rq->nids * sizeof *pairs);
         for (size_t i = 0; i < rq->nids; i++) {
             pairs[2 * i] = redis_id_shard(rq->ids[i].p, rq->ids[i].len, s->K);
             pairs[2 * i + 1] = i;
         }
-        qsort(pairs, rq->nids, 2 * sizeof *pairs, cmp_size);
+        if (!one) qsort(pairs, rq->nids, 2 * sizeof *pairs, cmp_size);
         plan_groups(rq, rq->nids);
-        rq->gids = xmalloc(rq->nids * sizeof *rq->gids);
-        rq->gcnt = xcalloc(rq->nids, sizeof *rq->gcnt);
+        rq->gids = one ? rq->in.gids : xmalloc(rq->nids * sizeof *rq->gids);
+        rq->gcnt = one ? rq->in.gcnt : xmalloc(rq->nids * sizeof *rq->gcnt);
+        memset(rq->gcnt, 0, (one ? 1 : rq->nids) * sizeof *rq->gcnt);
         for (size_t i = 0; i < rq->nids; i++) {
             size_t k = pairs[2 * i];
             if (rq->ngs == 0 || rq->gs[rq->ngs - 1] != &t->sh[k] ||
@@ -184,7 +179,7 @@ int rs_plan(struct rreq *rq) {
             rq->gcnt[rq->ngs - 1]++;
             rq->gids[i] = pairs[2 * i + 1];
         }
-        dq_free(pairs);
+        if (!one) dq_free(pairs);
         break;
     }
     case OP_RESERVE: case OP_RESERVE_PUSH:

@@ -94,7 +94,7 @@ local function ready1(g, cmd, id, r)
 end
 
 -- Every command whose arguments come from a list goes through callv or
--- hmget: Lua's unpack puts the list on the C stack, which holds about 8,000
+-- mget: Lua's unpack puts the list on the C stack, which holds about 8,000
 -- values ("too many results to unpack"), so lists go in chunks of CHUNK (an
 -- even number: field/value and score/member pairs stay whole).
 local function callv(cmd, key, list)
@@ -108,10 +108,9 @@ local function callv(cmd, key, list)
   return r -- the last reply (RPUSH: the list's length)
 end
 
--- HMGET (or ZMSCORE: cmd) of any number of fields (members): the values,
+-- HMGET or ZMSCORE (cmd) of any number of fields or members: the values,
 -- in order (false if absent)
-local function hmget(key, ids, cmd)
-  cmd = cmd or 'HMGET'
+local function mget(cmd, key, ids)
   local n = #ids
   if n <= CHUNK then return call(cmd, key, unpack(ids)) end
   local out = {}
@@ -249,7 +248,7 @@ local function carry(g)
     cnt(g, 'xlease', #e / 2)
     local ids = {}
     for i = 1, #e, 2 do ids[#ids + 1] = e[i] end
-    local recs = hmget(g.pool, ids)
+    local recs = mget('HMGET', g.pool, ids)
     local hs, dz, back, btime, bpush = {}, {}, {}, {}, {}
     local nexp, ndead = 0, 0
     for i = 1, #ids do
@@ -315,6 +314,21 @@ local function pop(g, list, need)
   return ids
 end
 
+-- removes a ready job's id (record r) from its ready list (an LREM scans
+-- it) -> 1, or 0 if it was not there
+local function unready(g, id, r)
+  local x
+  if precord(r) then
+    x = call('LREM', g.pready, 1, id)
+    g.plen = nil
+  else
+    x = call('LREM', g.ready, 1, id)
+    g.rlen = nil
+  end
+  cnt(g, 'xready', x)
+  return x
+end
+
 -- removes a job's id from the structure that holds it
 local function unlink(g, id, r)
   local st = sbyte(r, 1)
@@ -323,13 +337,7 @@ local function unlink(g, id, r)
   elseif call('ZREM', g.lease, id) == 1 then
     cnt(g, 'xlease', 1)
   elseif st == READY or st == RESERVED or call('ZREM', g.delay, dmember(r, id)) == 0 then
-    if precord(r) then
-      cnt(g, 'xready', call('LREM', g.pready, 1, id))
-      g.plen = nil
-    else
-      cnt(g, 'xready', call('LREM', g.ready, 1, id))
-      g.rlen = nil
-    end
+    unready(g, id, r)
   else
     cnt(g, 'xdelay', 1)
   end
@@ -364,7 +372,7 @@ local function run_add(g, q, qm, qt, qe)
       a = a + 5
     end
   end
-  local ex = hmget(g.pool, ids)
+  local ex = mget('HMGET', g.pool, ids)
   local far = fstate(g) > 0 -- ids missing from the pool may be far jobs
   local hs, pr, pp, pz, seen = {}, {}, {}, {}, {}
   local nh, npr, nz = 0, 0, 0
@@ -445,7 +453,7 @@ end
 -- ids popped from the ready list, reserved (leases above): their ids and
 -- records, as stored, go to oid and orec; returns how many
 local function take(g, ids, oid, orec)
-  local recs = hmget(g.pool, ids)
+  local recs = mget('HMGET', g.pool, ids)
   local zs, nz, k = {}, 0, 0
   local sdl = {} -- per ttr: the printed deadline
   for i = 1, #ids do
@@ -584,15 +592,7 @@ local function run_del(g, q, qm, qf, qt, qe)
         i = i + 1
         local id, rec = all[i], recs[i]
         if rec then
-          if rec ~= true and left > 0 then
-            local cmd = precord(rec) and g.pready or g.ready
-            local x1 = call('LREM', cmd, 1, id)
-            if x1 > 0 then
-              left = left - 1
-              cnt(g, 'xready', 1)
-              if precord(rec) then g.plen = nil else g.rlen = nil end
-            end
-          end
+          if rec ~= true and left > 0 then left = left - unready(g, id, rec) end
           call('HDEL', g.pool, id)
           c = c + 1
         elseif fdel(g, id) then
@@ -793,7 +793,7 @@ OPS.gets = function(gs, a, rt)
     end
   end
   if #cand == 0 then return end
-  local dls = hmget(g.lease, cand, 'ZMSCORE')
+  local dls = mget('ZMSCORE', g.lease, cand)
   for k = 1, #cand do
     if dls[k] then rt[at[k]] = {rt[at[k]], tonumber(dls[k])} end
   end
@@ -828,7 +828,7 @@ OPS.nack = function(gs, a, rt)
   local r = call('HGET', g.pool, id)
   if not r or call('ZREM', g.lease, id) == 0 then rt[1] = NOTRESERVED; return end
   local _, _, _, ret, bk, bb, bm, due = sunpack(HDR, r)
-  local st, att = nil, latt(r)
+  local att, st = latt(r)
   cnt(g, 'xlease', 1)
   cnt(g, 'nacked', 1)
   local d = tonumber(ARGV[a + 1])
@@ -910,7 +910,7 @@ OPS.kick = function(gs, a, rt)
       if need > 0 and need < take then take = need end
       local ids = call('ZRANGE', g.dead, 0, take - 1)
       if #ids == 0 then break end
-      local recs = hmget(g.pool, ids)
+      local recs = mget('HMGET', g.pool, ids)
       local hs, push, pj = {}, {}, {}
       for i = 1, #ids do
         local r = recs[i]
