@@ -18,3 +18,9 @@ int64_t clock_mono_us(void) {
 }
 
 int64_t clock_mono_ms(void) { return clock_mono_us() / 1000; }
+
+int64_t clock_coarse_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}

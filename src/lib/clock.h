@@ -14,5 +14,9 @@ int64_t clock_us(void);
 int64_t clock_mono_us(void);
 /* The same in milliseconds. */
 int64_t clock_mono_ms(void);
+/* The monotonic clock as of the last timer tick (CLOCK_MONOTONIC_COARSE:
+ * a few milliseconds behind at most, and several times cheaper to read):
+ * for timeouts of seconds that are armed on every request. */
+int64_t clock_coarse_us(void);
 
 #endif

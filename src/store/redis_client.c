@@ -53,7 +53,7 @@
 #define PARTIAL_REFRESH_US 1000000 /* while slots are missing: every second */
 #define WARN_SUMMARY_US 30000000  /* a repeated warning: once per 30 s */
 
-int64_t rcli_now_us(void) { return clock_mono_us(); }
+int64_t rcli_now_us(void) { return clock_coarse_us(); }
 
 void rwarn(struct rwarn *w, int64_t now, const char *fmt, ...) {
     char m[sizeof w->last];

@@ -106,7 +106,8 @@ bool rcli_ready(const struct rcli *c);
 /* Masters in the slot map (1 for standalone; 0 while no map is loaded). */
 unsigned rcli_masters(const struct rcli *c);
 
-/* Monotonic clock, microseconds. */
+/* The clock of the store's deadlines and timeouts (seconds long, armed on
+ * every request): the coarse monotonic clock, microseconds. */
 int64_t rcli_now_us(void);
 
 /* Calls emit(ud, name, value) for INFO lines about the connections. */

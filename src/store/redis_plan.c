@@ -261,7 +261,7 @@ static size_t unit_args(struct unit *u, struct buf *sc, int64_t now) {
     struct rreq *rq = u->rq;
     const struct dq_add *a = &rq->add;
     switch (rq->op) {
-    case OP_ADD: { /* id, record, due, delay member, flags */
+    case OP_ADD: { /* id, record, flags[, due, delay member] */
         struct dq_store *s = rq->s;
         /* ord: the order of adds, for jobs due in the same millisecond */
         if (now > s->ord_ms) {
@@ -280,18 +280,15 @@ static size_t unit_args(struct unit *u, struct buf *sc, int64_t now) {
         memcpy(ordb, h + REC_ORD, 8);
         memcpy(o + n + rl, "\r\n", 2);
         sc->len += n + rl + 2;
-        arg_int(sc, a->due);
-        if (delayed) {
-            o = buf_reserve(sc, 8 + a->id.len + 24);
-            n = bulk_head(o, 8 + a->id.len);
-            memcpy(o + n, ordb, 8);
-            memcpy(o + n + 8, a->id.p, a->id.len);
-            memcpy(o + n + 8 + a->id.len, "\r\n", 2);
-            sc->len += n + 8 + a->id.len + 2;
-        } else {
-            arg_str(sc, "", 0);
-        }
         arg_cstr(sc, rq->gen ? "g" : a->replace ? "r" : "-");
+        if (!delayed) return 3; /* a ready job needs no due time nor member */
+        arg_int(sc, a->due);
+        o = buf_reserve(sc, 8 + a->id.len + 24);
+        n = bulk_head(o, 8 + a->id.len);
+        memcpy(o + n, ordb, 8);
+        memcpy(o + n + 8, a->id.p, a->id.len);
+        memcpy(o + n + 8 + a->id.len, "\r\n", 2);
+        sc->len += n + 8 + a->id.len + 2;
         return 5;
     }
     case OP_DEL:
@@ -410,7 +407,7 @@ static void builder_add(struct dq_store *s, struct builder *b, struct unit *u,
     if (adds || gets) { /* nargs and the count of adds (GETs) in a fixed width */
         s->scratch.len = 0;
         size_t una = unit_args(u, &s->scratch, now);
-        na = una + 1; /* m, then id record due member flags per add (id per GET) */
+        na = una + 1; /* m, then id record flags [due member] per add (id per GET) */
         b->merge_off = put10(&b->reqs, na);
         b->merge_m_off = put10(&b->reqs, 1);
         buf_append(&b->reqs, s->scratch.p, s->scratch.len);

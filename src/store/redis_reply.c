@@ -96,10 +96,11 @@ static void unit_result(struct unit *u, const redisReply *e, int64_t now) {
     case OP_NACK: case OP_TOUCH: case OP_RELEASE: case OP_KICKJOB:
         rq->n = int_at(e, 1);
         break;
-    case OP_RESERVE: case OP_RESERVE_PUSH: /* gidx id record, per job */
-        for (size_t i = 1; i + 3 <= e->elements; i += 3) {
-            int64_t gi = int_at(e, i);
-            const redisReply *id = str_at(e, i + 1), *rec = str_at(e, i + 2);
+    case OP_RESERVE: case OP_RESERVE_PUSH: { /* [gidx] id record, per job */
+        size_t w = u->ng == 1 ? 2 : 3; /* one group: no index */
+        for (size_t i = 1; i + w <= e->elements; i += w) {
+            int64_t gi = w == 2 ? 1 : int_at(e, i);
+            const redisReply *id = str_at(e, i + w - 2), *rec = str_at(e, i + w - 1);
             if (gi < 1 || (size_t)gi > u->ng || !id || !rec || rec->len < REC_HDR)
                 continue;
             struct rshard *sh = rq->gs[u->g0 + (size_t)gi - 1];
@@ -113,6 +114,7 @@ static void unit_result(struct unit *u, const redisReply *e, int64_t now) {
             if (rq->count) rq->count--;
         }
         break;
+    }
     case OP_LIST: { /* group index, mode, cursor, ids... */
         int64_t gi = int_at(e, 1);
         uint64_t mode = (uint64_t)int_at(e, 2) & 1;
@@ -297,7 +299,8 @@ void rs_script_cb(void *pd, redisReply *r, const char *err, bool sent) {
     for (size_t i = 0; res && s->url.replicas > 0 && i < sc->nu && !wait; i++)
         wait = op_writes(sc->units[i]->rq->op);
     /* merged reserves: each unit takes its jobs in turn (taken[] per
-     * request, in jobs), through a view of the code and its triplets */
+     * request, in jobs), through a view of the code and its (id, record)
+     * pairs (one group: no group index) */
     size_t *taken = res ? xcalloc(sc->nreq ? sc->nreq : 1, sizeof *taken) : NULL;
     redisReply **tmp = res ? xmalloc((res->elements + 1) * sizeof *tmp) : NULL;
     for (size_t i = 0; i < sc->nu; i++) {
@@ -307,12 +310,12 @@ void rs_script_cb(void *pd, redisReply *r, const char *err, bool sent) {
             const struct umap *m = &sc->um[i];
             redisReply *v = &views[m->req];
             if (rq->op == OP_RESERVE && u->ng == 1 && v->elements >= 1) {
-                size_t avail = (v->elements - 1) / 3 - taken[m->req];
+                size_t avail = (v->elements - 1) / 2 - taken[m->req];
                 size_t k = avail < m->want ? avail : (size_t)m->want;
                 tmp[0] = v->element[0];
-                memcpy(tmp + 1, v->element + 1 + 3 * taken[m->req], 3 * k * sizeof *tmp);
+                memcpy(tmp + 1, v->element + 1 + 2 * taken[m->req], 2 * k * sizeof *tmp);
                 taken[m->req] += k;
-                redisReply sub = {.type = REDIS_REPLY_ARRAY, .elements = 1 + 3 * k,
+                redisReply sub = {.type = REDIS_REPLY_ARRAY, .elements = 1 + 2 * k,
                                   .element = tmp};
                 unit_result(u, &sub, sc->now);
             } else if (m->form == UM_ADDS) {

@@ -155,7 +155,7 @@ def test_fleet_sweep_moves_jobs_no_instance_was_told_about(procs):
     ord8 = struct.pack(">Q", now << 22)
     record = struct.pack("<BIIIBIIddd", 0, 0, 30000, 3, 0, 1000, 3600000, due, now, 0) + ord8 + b"b"
     rc.eval(script, 9, *keys, now, "other", "nowhere", 60000, 1, "t", 0, 0, 1,
-            "adds", 1, 1, 6, 1, "ghost", record, due, ord8 + b"ghost", "-")
+            "adds", 1, 1, 6, 1, "ghost", record, "-", due, ord8 + b"ghost")
     w = a.raw(timeout=10)
     got = w.call("RESERVE", "TIMEOUT", 5000, "FROM", "t")
     assert got[0][1] == b"warmup"

@@ -744,8 +744,11 @@ static const struct cmd commands[] = {
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 
 static const struct cmd *cmd_lookup(const struct resp_arg *name) {
+    if (name->len == 0) return NULL;
+    char first = (char)(name->p[0] | 0x20); /* names are letters */
     for (size_t i = 0; i < NCOMMANDS; i++)
-        if (arg_is(name, commands[i].name)) return &commands[i];
+        if ((commands[i].name[0] | 0x20) == first && arg_is(name, commands[i].name))
+            return &commands[i];
     return NULL;
 }
 

@@ -354,7 +354,7 @@ end
 -- --- runs of queued requests ---------------------------------------------
 
 -- adds: q holds runs of adds as they came in requests: q[k] the ARGV
--- index of the run's first (id record due member flags), qm[k] how many,
+-- index of the run's first (id record flags [due member]), qm[k] how many,
 -- qt[k] the request's result bytes (48 + code * 2 + 1 if the id was new,
 -- from qe[k] on). No table or function call per add: in Lua those cost
 -- more than the rest of an add.
@@ -369,7 +369,7 @@ local function run_add(g, q, qm, qt, qe)
       at[n] = a
       bt[n] = t
       bi[n] = e + x
-      a = a + 5
+      a = a + (sbyte(ARGV[a + 1], 1) == DELAYED and 5 or 3)
     end
   end
   local ex = mget('HMGET', g.pool, ids)
@@ -379,7 +379,7 @@ local function run_add(g, q, qm, qt, qe)
   local fq, flen, nf = {}, {}, 0 -- far jobs by bucket (id, record, i, ...)
   local added = 0
   local function clash(i) -- fput: the far index had ids[i] after all
-    bt[i][bi[i]] = 48 + (ARGV[at[i] + 4] == 'g' and TAKEN or EXISTS) * 2
+    bt[i][bi[i]] = 48 + (ARGV[at[i] + 2] == 'g' and TAKEN or EXISTS) * 2
     added = added - 1
   end
   local function write()
@@ -391,11 +391,11 @@ local function run_add(g, q, qm, qt, qe)
   for i = 1, n do
     local a, id = at[i], ids[i]
     local rec = ARGV[a + 1]
-    local fl = ARGV[a + 4]
+    local fl = ARGV[a + 2]
     local code, new = OK, 1
     local b -- the far bucket it goes to, if any
     if sbyte(rec, 1) ~= READY then
-      b = fbucket(tonumber(ARGV[a + 2]))
+      b = fbucket(tonumber(ARGV[a + 3]))
       if b then
         local len = flen[b] or call('LLEN', fkey(g, b))
         flen[b] = len
@@ -437,9 +437,9 @@ local function run_add(g, q, qm, qt, qe)
         if sbyte(rec, 1) == READY then
           if sbyte(rec, 47) >= 128 then pp[#pp + 1] = id else npr = npr + 1; pr[npr] = id end
         else
-          local due = ARGV[a + 2]
+          local due = ARGV[a + 3]
           pz[nz + 1] = due
-          pz[nz + 2] = ARGV[a + 3]
+          pz[nz + 2] = ARGV[a + 4]
           nz = nz + 2
           insert(g, tonumber(due), 'd')
         end
@@ -483,9 +483,18 @@ local function take(g, ids, oid, orec)
   return k
 end
 
--- appends jobs [j, j + n) of oid/orec to rt as (gi, id, record) triplets
+-- appends jobs [j, j + n) of oid/orec to rt as (gi, id, record) triplets,
+-- or as (id, record) pairs if gi is nil: a reserve from one group
 local function hand(rt, gi, oid, orec, j, n)
   local x = #rt
+  if not gi then
+    for i = j, j + n - 1 do
+      rt[x + 1] = oid[i]
+      rt[x + 2] = orec[i]
+      x = x + 2
+    end
+    return
+  end
   for i = j, j + n - 1 do
     rt[x + 1] = gi
     rt[x + 2] = oid[i]
@@ -509,7 +518,7 @@ local function run_reserve(g, q, qt)
   for i = 1, #q do
     local n = math.min(q[i], k - j + 1)
     if n <= 0 then break end
-    hand(qt[i], 1, oid, orec, j, n)
+    hand(qt[i], nil, oid, orec, j, n)
     j = j + n
   end
 end
@@ -624,7 +633,7 @@ local function sync(g)
   end
 end
 
--- queues m adds from ARGV index a on (5 values each); their result bytes
+-- queues m adds from ARGV index a on (3 or 5 values each); their result bytes
 -- go to t[e...]. A run of adds ends at the first reserve or del/ack.
 local function qadd(g, a, m, t, e)
   if g.qr[1] or g.qd[1] then sync(g) end
@@ -699,10 +708,11 @@ end
 
 local OPS = {}
 
--- adds: m, then m x (id record due member flags): m adds on one group,
+-- adds: m, then m x (id record flags [due member]): m adds on one group,
 -- merged by the caller. The record (header, ord, body) is made by the
--- caller, which decided ready or delayed from the same now; member is the
--- delay zset's (ord .. id) for a delayed job. flags: '-' plain, 'r'
+-- caller, which decided ready or delayed from the same now; a delayed job's
+-- add goes on with due and member (the delay zset's score and ord .. id),
+-- a ready one's stops at flags (Redis spends ~60 ns an argument). flags: '-' plain, 'r'
 -- REPLACE, 'g' a generated id (TAKEN if it exists).
 -- -> code, then a string of one byte per add: '0' + its code * 2 + (1 if
 -- the id was new)
@@ -747,6 +757,7 @@ end
 -- pops up to need ids from the groups' lists in turn (list: 'ready' or
 -- 'pready'; lenf: the field caching its length) and hands them out leased
 local function reserve_from(gs, need, rt, list, lenf)
+  local one = #gs == 1
   for gi, g in ipairs(gs) do
     if need <= 0 then break end
     open(g, true)
@@ -756,7 +767,7 @@ local function reserve_from(gs, need, rt, list, lenf)
       cnt(g, 'xready', #ids)
       local oid, orec = {}, {}
       local k = take(g, ids, oid, orec)
-      hand(rt, gi, oid, orec, 1, k)
+      hand(rt, not one and gi or nil, oid, orec, 1, k)
       need = need - k
     end
   end
@@ -799,8 +810,8 @@ OPS.gets = function(gs, a, rt)
   end
 end
 
--- reserve: count; groups in order -> code, then gidx id record per job (the
--- record as written: state reserved, attempts and deadline updated)
+-- reserve: count; groups in order -> code, then gidx id record per job, or
+-- id record if there is one group (the record as stored: see "leases")
 OPS.reserve = function(gs, a, rt)
   local need = tonumber(ARGV[a])
   rt[1] = OK
