@@ -25,7 +25,7 @@ engine_SRC := src/engine/engine.c src/engine/engine_far.c src/engine/engine_load
 store_SRC  := $(addprefix src/store/,store.c result.c \
                 embedded.c embedded_mem.c embedded_repair.c \
                 tier.c tier_check.c wal.c wal_codec.c wal_compact.c wal_replay.c wal_sync.c \
-                redis.c redis_client.c redis_ev.c redis_plan.c redis_rec.c redis_reply.c redis_sched.c \
+                redis.c redis_arena.c redis_client.c redis_ev.c redis_plan.c redis_rec.c redis_reply.c redis_sched.c \
                 redis_sentinel.c redis_url.c)
 core_SRC   := $(addprefix src/core/,core.c metrics.c push_note.c snapshot.c wait.c)
 push_SRC   := src/push/push.c
@@ -61,7 +61,7 @@ front_SRC  += $(filter build/gen/front/%,$(EMBED_C))
 CORE_SRC   := $(foreach l,$(LAYERS),$($(l)_SRC)) $(SERVER_SRC)
 UNIT_TESTS := test_bench_hist test_client test_core test_crc32c test_dashboard test_duration \
               test_engine test_hist test_htab test_http_json test_model test_push \
-              test_redis_rec test_redis_url test_resp test_result test_slab test_tier test_wal \
+              test_redis_arena test_redis_rec test_redis_url test_resp test_result test_slab test_tier test_wal \
               test_wheel
 
 obj = $(patsubst build/gen/%.c,build/$(1)/gen/%.o,$(patsubst src/%.c,build/$(1)/%.o,$(2)))

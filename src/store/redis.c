@@ -99,6 +99,7 @@ struct rreq *rs_req_new(struct dq_store *s, enum op op, dq_store_cb *cb,
     rq->cb = cb;
     rq->pd = pd;
     rq->deadline = rcli_now_us() + CALL_TIMEOUT_US;
+    if (s->nspare) rq->set = s->spare_sets[--s->nspare];
     s->requests++;
     return rq;
 }
@@ -117,7 +118,13 @@ static void req_free(struct rreq *rq) {
     own_free(rq, rq->gcnt);
     own_free(rq, rq->units);
     dq_free(rq->hl);
-    res_free(&rq->set);
+    struct dq_store *s = rq->s;
+    if (s->nspare < sizeof s->spare_sets / sizeof s->spare_sets[0] && !s->closing) {
+        res_reset(&rq->set, SPARE_SET_KEEP);
+        s->spare_sets[s->nspare++] = rq->set;
+    } else {
+        res_free(&rq->set);
+    }
     dq_free(rq);
 }
 
@@ -481,6 +488,7 @@ static void redis_close(struct dq_store *s) {
     dq_free(s->heap);
     dq_free(s->slot_b);
     buf_free(&s->scratch);
+    while (s->nspare) res_free(&s->spare_sets[--s->nspare]);
     dq_free(s);
 }
 

@@ -38,6 +38,7 @@
 #include "lib/xalloc.h"
 #include "store/redis_client.h"
 #include "store/redis_client_int.h"
+#include "store/redis_arena.h"
 #include "store/redis_ev.h"
 
 #define CONNECT_TIMEOUT_US 1500000
@@ -367,6 +368,8 @@ void rc_conn_connect(struct rconn *n) {
         return;
     }
     ac->data = n;
+    if (!n->arena) n->arena = redis_arena_new();
+    redis_arena_use(ac->c.reader, n->arena);
     if (redis_ev_attach(ac, c->base) != REDIS_OK) {
         redisAsyncFree(ac);
         conn_schedule(n);
@@ -897,6 +900,7 @@ void rcli_free(struct rcli *c, int drain_ms) {
         struct rconn *n = all;
         all = n->next;
         event_free(n->retry_ev);
+        redis_arena_free(n->arena); /* after its context (rc_conn_kill) */
         dq_free(n);
     }
     event_free(c->tick_ev);

@@ -49,6 +49,7 @@ struct rconn {
     bool sentinel;      /* the Sentinel connection (asks, then subscribes) */
     enum cstate state;
     redisAsyncContext *ac;
+    struct redis_arena *arena; /* its replies' memory (redis_arena.h) */
     struct event *retry_ev;
     int backoff_ms;
     int64_t connect_deadline;

@@ -43,6 +43,7 @@
 
 #define NKEYS 9                  /* keys per group */
 #define CALL_TIMEOUT_US 1800000  /* every request answers within 2 s */
+#define SPARE_SET_KEEP 4096      /* a spare result set keeps buffers up to this */
 #define MAX_CALL_REQS 128        /* requests per script call */
 #define MAX_CALL_BYTES (1 << 20) /* argument bytes per script call */
 #define MAX_CALL_JOBS 2000       /* jobs to reserve per script call */
@@ -267,6 +268,10 @@ struct dq_store {
     uint64_t bstamp;
     uint64_t msg_counter;
     struct buf scratch;
+    /* the result sets of freed requests, with their memory: most requests
+     * fill one with an id or a few jobs, which then costs no malloc */
+    struct res_set spare_sets[64];
+    size_t nspare;
     int32_t *slot_b; /* cluster flush: slot -> builder index + 1 */
     /* --max-jobs, approximately */
     int64_t count_base, count_delta, adds_inflight;
