@@ -104,9 +104,16 @@ struct rreq *rs_req_new(struct dq_store *s, enum op op, dq_store_cb *cb,
     return rq;
 }
 
-/* Frees p unless it is rq's own room. */
+/* Frees p unless it is rq's own room (rq->in), not freed on its own. */
 static void own_free(struct rreq *rq, void *p) {
-    if (!rs_req_own(rq, p)) dq_free(p);
+    const char *c = p;
+    if (c < (const char *)&rq->in || c >= (const char *)(&rq->in + 1)) dq_free(p);
+}
+
+void *rs_req_array(struct rreq *rq, void *old, void *room, size_t cap, size_t n,
+                   size_t sz) {
+    own_free(rq, old);
+    return n <= cap ? room : xmalloc(n * sz);
 }
 
 static void req_free(struct rreq *rq) {
@@ -305,7 +312,7 @@ static char *req_copy(struct rreq *rq, const struct dq_str *in, struct dq_str *o
                       size_t n, size_t extra) {
     size_t total = extra;
     for (size_t i = 0; i < n; i++) total += in[i].len;
-    char *m = total <= sizeof rq->in.mem ? rq->in.mem : xmalloc(total);
+    char *m = REQ_ARRAY(rq, rq->mem, mem, total);
     size_t off = 0;
     for (size_t i = 0; i < n; i++) {
         if (in[i].len) memcpy(m + off, in[i].p, in[i].len);
@@ -512,7 +519,7 @@ static struct rreq *req_ids(struct dq_store *s, enum op op, struct dq_str topic,
                             dq_store_cb *cb, void *pd) {
     struct rreq *rq = rs_req_new(s, op, cb, pd);
     /* topic and ids copied together: [0] the topic, then the ids */
-    struct dq_str *v = nids + 1 <= 2 ? rq->in.strs : xmalloc((nids + 1) * sizeof *v);
+    struct dq_str *v = REQ_ARRAY(rq, NULL, strs, nids + 1);
     v[0] = topic;
     if (nids) memcpy(v + 1, ids, nids * sizeof *ids);
     req_copy(rq, v, v, nids + 1, 0);
@@ -544,7 +551,7 @@ static void redis_reserve(struct dq_store *s, const struct dq_str *topics,
                           size_t ntopics, uint32_t count, dq_store_cb *cb,
                           void *pd) {
     struct rreq *rq = rs_req_new(s, OP_RESERVE, cb, pd);
-    rq->topics = ntopics <= 2 ? rq->in.strs : xmalloc(ntopics * sizeof *rq->topics);
+    rq->topics = REQ_ARRAY(rq, NULL, strs, ntopics);
     req_copy(rq, topics, rq->topics, ntopics, 0);
     rq->ntopics = ntopics;
     rq->count = count ? count : 1;
@@ -557,7 +564,7 @@ static void redis_reserve(struct dq_store *s, const struct dq_str *topics,
 static void redis_reserve_push(struct dq_store *s, struct dq_str topic,
                                uint32_t count, dq_store_cb *cb, void *pd) {
     struct rreq *rq = rs_req_new(s, OP_RESERVE_PUSH, cb, pd);
-    rq->topics = rq->in.strs;
+    rq->topics = REQ_ARRAY(rq, NULL, strs, 1);
     req_copy(rq, &topic, rq->topics, 1, 0);
     rq->ntopics = 1;
     rq->count = count ? count : 1;

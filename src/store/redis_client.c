@@ -368,7 +368,6 @@ void rc_conn_connect(struct rconn *n) {
         return;
     }
     ac->data = n;
-    if (!n->arena) n->arena = redis_arena_new();
     redis_arena_use(ac->c.reader, n->arena);
     if (redis_ev_attach(ac, c->base) != REDIS_OK) {
         redisAsyncFree(ac);
@@ -425,6 +424,7 @@ struct rconn *rc_conn_new(struct rcli *c, const char *host, int port,
     n->state = C_DOWN;
     n->backoff_ms = BACKOFF_MIN_MS;
     n->retry_ev = evtimer_new(c->base, retry_cb, n);
+    n->arena = redis_arena_new(); /* for each context it connects with */
     if (!sub) {
         n->next = c->conns;
         c->conns = n;

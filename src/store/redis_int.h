@@ -165,7 +165,7 @@ struct rreq {
     int64_t *hl;            /* carry/topics: jobs per group */
     void (*internal)(struct rreq *rq); /* completion of internal requests */
     /* room for what most requests need, so that they need no malloc: the
-     * arrays above point here when theirs fit (rs_req_own tells) */
+     * arrays above point here when theirs fit (REQ_ARRAY) */
     struct {
         char mem[REQ_MEM];
         struct dq_str strs[2];
@@ -175,11 +175,16 @@ struct rreq {
     } in;
 };
 
-/* Whether p is rq's own room (rq->in), which is not freed on its own. */
-static inline bool rs_req_own(const struct rreq *rq, const void *p) {
-    return (const char *)p >= (const char *)&rq->in &&
-           (const char *)p < (const char *)(&rq->in + 1);
-}
+/* Memory for n elements of size sz, for one of rq's arrays: its room in
+ * the request (room, cap elements) when they fit, else the heap. old, the
+ * array's memory so far, is freed unless it is the room. Not zeroed. */
+void *rs_req_array(struct rreq *rq, void *old, void *room, size_t cap, size_t n,
+                   size_t sz);
+/* The same with the room named by its field in rq->in. */
+#define REQ_ARRAY(rq, old, field, n)                                              \
+    rs_req_array((rq), (old), (rq)->in.field,                                  \
+                 sizeof (rq)->in.field / sizeof (rq)->in.field[0], (n),        \
+                 sizeof (rq)->in.field[0])
 
 struct builder {
     int slot;

@@ -89,21 +89,15 @@ struct rshard *rs_id_shard(struct dq_store *s, struct rtopic *t,
 }
 
 static void plan_groups(struct rreq *rq, size_t n) {
-    if (rs_req_own(rq, rq->gs)) rq->gs = NULL;
-    rq->gs = n <= 1 && !rq->gs ? rq->in.gs : xrealloc(rq->gs, (n ? n : 1) * sizeof *rq->gs);
+    rq->gs = REQ_ARRAY(rq, rq->gs, gs, n);
     rq->ngs = 0;
 }
 
 /* Splits the groups into units: consecutive groups that can share a call. */
 static void plan_units(struct rreq *rq) {
     struct dq_store *s = rq->s;
-    if (!rs_req_own(rq, rq->units)) dq_free(rq->units);
-    if (rq->ngs <= 1) {
-        rq->units = rq->in.units;
-        memset(rq->units, 0, sizeof rq->in.units);
-    } else {
-        rq->units = xcalloc(rq->ngs, sizeof *rq->units);
-    }
+    rq->units = REQ_ARRAY(rq, rq->units, units, rq->ngs);
+    memset(rq->units, 0, (rq->ngs ? rq->ngs : 1) * sizeof *rq->units);
     rq->nunits = 0;
     size_t cap = OPS[rq->op].sequential && !s->url.cluster ? 1024 : MAX_UNIT_GROUPS;
     for (size_t i = 0; i < rq->ngs;) {
@@ -155,8 +149,6 @@ int rs_plan(struct rreq *rq) {
         break;
     case OP_DEL: case OP_ACK: {
         t = rs_topic_get(s, rq->topic.p, rq->topic.len);
-        if (!rs_req_own(rq, rq->gids)) dq_free(rq->gids);
-        if (!rs_req_own(rq, rq->gcnt)) dq_free(rq->gcnt);
         /* (shard, index) pairs sorted: ids grouped by shard; a lone id (most
          * ACKs) needs no memory but the request's own */
         bool one = rq->nids <= 1;
@@ -168,8 +160,8 @@ int rs_plan(struct rreq *rq) {
         }
         if (!one) qsort(pairs, rq->nids, 2 * sizeof *pairs, cmp_size);
         plan_groups(rq, rq->nids);
-        rq->gids = one ? rq->in.gids : xmalloc(rq->nids * sizeof *rq->gids);
-        rq->gcnt = one ? rq->in.gcnt : xmalloc(rq->nids * sizeof *rq->gcnt);
+        rq->gids = REQ_ARRAY(rq, rq->gids, gids, rq->nids);
+        rq->gcnt = REQ_ARRAY(rq, rq->gcnt, gcnt, rq->nids);
         memset(rq->gcnt, 0, (one ? 1 : rq->nids) * sizeof *rq->gcnt);
         for (size_t i = 0; i < rq->nids; i++) {
             size_t k = pairs[2 * i];

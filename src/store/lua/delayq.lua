@@ -393,8 +393,9 @@ local function run_add(g, q, qm, qt, qe)
     local rec = ARGV[a + 1]
     local fl = ARGV[a + 2]
     local code, new = OK, 1
+    local delayed = sbyte(rec, 1) == DELAYED -- its add has due and member
     local b -- the far bucket it goes to, if any
-    if sbyte(rec, 1) ~= READY then
+    if delayed then
       b = fbucket(tonumber(ARGV[a + 3]))
       if b then
         local len = flen[b] or call('LLEN', fkey(g, b))
@@ -434,7 +435,7 @@ local function run_add(g, q, qm, qt, qe)
         hs[nh + 1] = id
         hs[nh + 2] = rec
         nh = nh + 2
-        if sbyte(rec, 1) == READY then
+        if not delayed then
           if sbyte(rec, 47) >= 128 then pp[#pp + 1] = id else npr = npr + 1; pr[npr] = id end
         else
           local due = ARGV[a + 3]
@@ -487,19 +488,11 @@ end
 -- or as (id, record) pairs if gi is nil: a reserve from one group
 local function hand(rt, gi, oid, orec, j, n)
   local x = #rt
-  if not gi then
-    for i = j, j + n - 1 do
-      rt[x + 1] = oid[i]
-      rt[x + 2] = orec[i]
-      x = x + 2
-    end
-    return
-  end
   for i = j, j + n - 1 do
-    rt[x + 1] = gi
-    rt[x + 2] = oid[i]
-    rt[x + 3] = orec[i]
-    x = x + 3
+    if gi then x = x + 1; rt[x] = gi end
+    rt[x + 1] = oid[i]
+    rt[x + 2] = orec[i]
+    x = x + 2
   end
 end
 
@@ -712,8 +705,8 @@ local OPS = {}
 -- merged by the caller. The record (header, ord, body) is made by the
 -- caller, which decided ready or delayed from the same now; a delayed job's
 -- add goes on with due and member (the delay zset's score and ord .. id),
--- a ready one's stops at flags (Redis spends ~60 ns an argument). flags: '-' plain, 'r'
--- REPLACE, 'g' a generated id (TAKEN if it exists).
+-- a ready one's stops at flags (Redis spends ~60 ns an argument). flags:
+-- '-' plain, 'r' REPLACE, 'g' a generated id (TAKEN if it exists).
 -- -> code, then a string of one byte per add: '0' + its code * 2 + (1 if
 -- the id was new)
 OPS.adds = function(gs, a, rt)
@@ -839,7 +832,8 @@ OPS.nack = function(gs, a, rt)
   local r = call('HGET', g.pool, id)
   if not r or call('ZREM', g.lease, id) == 0 then rt[1] = NOTRESERVED; return end
   local _, _, _, ret, bk, bb, bm, due = sunpack(HDR, r)
-  local att, st = latt(r)
+  local att = latt(r)
+  local st
   cnt(g, 'xlease', 1)
   cnt(g, 'nacked', 1)
   local d = tonumber(ARGV[a + 1])
